@@ -1,0 +1,112 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hvd/tensor.h"
+
+namespace hvd {
+
+namespace detail {
+struct HandleState;
+}
+
+// An operation in flight. Cheap to copy (copies share the operation). ready() never blocks;
+// wait() blocks until the operation is complete and throws hvd::Error if it failed, with the same
+// message on every rank that took part. output() is the result of allgather, alltoall and
+// reducescatter (valid after wait()). Handles may be waited on from any thread.
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(std::shared_ptr<detail::HandleState> state) : state_(std::move(state)) {}
+
+  bool valid() const { return state_ != nullptr; }
+  bool ready() const;
+  void wait();
+  Tensor& output();
+  // The first-dimension sizes received from each rank (alltoall), after wait().
+  const std::vector<int64_t>& received_splits() const;
+
+ private:
+  std::shared_ptr<detail::HandleState> state_;
+};
+
+// The core collectives. Every rank calls each with the same name; ranks may call them in different
+// orders (names identify tensors). The name must not be in flight already on this rank.
+// allreduce: out = postscale * reduce_op(prescale * in over ranks); kAverage divides by the number of
+// ranks that contributed (ranks that called join() contribute the identity of the op).
+Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name,
+                       ReduceOp op = ReduceOp::kAverage, double prescale = 1.0, double postscale = 1.0);
+// All tensors of a group are negotiated and reduced together (one fused operation).
+Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef> out,
+                               const std::string& name, ReduceOp op = ReduceOp::kAverage);
+// Concatenation along the first dimension in rank order; the first dimension may differ per rank.
+Handle allgather_async(TensorRef in, const std::string& name);
+// inout on `root` is copied to inout on every other rank.
+Handle broadcast_async(TensorRef inout, int root, const std::string& name);
+// splits[r] rows of the first dimension go to rank r (splits.size() == size(), summing to
+// in.shape()[0]); an empty splits vector means equal parts. The result holds the rows received,
+// in rank order.
+Handle alltoall_async(TensorRef in, std::vector<int64_t> splits, const std::string& name);
+// Reduces over ranks, then rank r keeps its block of the first dimension: blocks as even as
+// possible, the first (rows % size) ranks one row larger.
+Handle reducescatter_async(TensorRef in, const std::string& name, ReduceOp op = ReduceOp::kAverage);
+inline void synchronize(Handle& h) { h.wait(); }
+// Returns once every rank has called barrier().
+void barrier();
+// This rank has no more data: it contributes the identity to other ranks' collectives until every
+// rank has joined. Returns the rank that joined last.
+int join();
+
+// Convenience for std::vector / std::span of arithmetic T (CPU memory).
+template <class T>
+TensorRef as_tensor(std::span<T> data) {
+  return TensorRef(static_cast<void*>(const_cast<std::remove_const_t<T>*>(data.data())), dtype_of<T>(),
+                   {static_cast<int64_t>(data.size())});
+}
+
+template <class T>
+Handle allreduce_async(std::span<T> data, const std::string& name, ReduceOp op = ReduceOp::kAverage) {
+  TensorRef t = as_tensor(data);
+  return allreduce_async(t, t, name, op);
+}
+
+template <class T>
+void allreduce(std::vector<T>& data, const std::string& name, ReduceOp op = ReduceOp::kAverage) {
+  Handle h = allreduce_async(std::span<T>(data), name, op);
+  h.wait();
+}
+
+template <class T>
+void broadcast(std::vector<T>& data, int root, const std::string& name) {
+  Handle h = broadcast_async(as_tensor(std::span<T>(data)), root, name);
+  h.wait();
+}
+
+template <class T>
+std::vector<T> allgather(const std::vector<T>& data, const std::string& name) {
+  Handle h = allgather_async(as_tensor(std::span<const T>(data)), name);
+  h.wait();
+  return h.output().template to_vector<T>();
+}
+
+template <class T>
+std::vector<T> alltoall(const std::vector<T>& data, const std::vector<int64_t>& splits,
+                        const std::string& name) {
+  Handle h = alltoall_async(as_tensor(std::span<const T>(data)), splits, name);
+  h.wait();
+  return h.output().template to_vector<T>();
+}
+
+template <class T>
+std::vector<T> reducescatter(const std::vector<T>& data, const std::string& name,
+                             ReduceOp op = ReduceOp::kAverage) {
+  Handle h = reducescatter_async(as_tensor(std::span<const T>(data)), name, op);
+  h.wait();
+  return h.output().template to_vector<T>();
+}
+
+}  // namespace hvd

@@ -1,0 +1,110 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace hvd {
+
+enum class DataType { kUInt8, kInt8, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64 };
+enum class ReduceOp { kAverage, kSum, kMin, kMax, kProduct };
+
+struct Device {
+  enum Kind { kCPU, kCUDA } kind = kCPU;
+  int index = 0;
+
+  static Device cpu() { return Device{}; }
+  static Device cuda(int index) { return Device{kCUDA, index}; }
+  bool operator==(const Device&) const = default;
+};
+
+// Bytes per element: 1, 1, 4, 8, 2, 2, 4, 8.
+std::size_t dtype_size(DataType dtype);
+// "uint8", "int8", "int32", "int64", "float16", "bfloat16", "float32", "float64".
+const char* dtype_name(DataType dtype);
+// "average", "sum", "min", "max", "product".
+const char* reduce_op_name(ReduceOp op);
+// "cpu" or "cuda:N".
+std::string device_name(const Device& device);
+// "[128,64]".
+std::string shape_string(const std::vector<int64_t>& shape);
+
+// The DataType of an arithmetic C++ type (uint8_t, int8_t, int32_t, int64_t, float, double).
+// 16-bit floats have no standard C++ type here: use TensorRef with kFloat16/kBFloat16 and
+// uint16_t storage.
+template <class T>
+constexpr DataType dtype_of() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, uint8_t>) return DataType::kUInt8;
+  else if constexpr (std::is_same_v<U, int8_t>) return DataType::kInt8;
+  else if constexpr (std::is_same_v<U, int32_t>) return DataType::kInt32;
+  else if constexpr (std::is_same_v<U, int64_t>) return DataType::kInt64;
+  else if constexpr (std::is_same_v<U, float>) return DataType::kFloat32;
+  else if constexpr (std::is_same_v<U, double>) return DataType::kFloat64;
+  else static_assert(sizeof(U) == 0, "hvd: no DataType for this C++ type");
+}
+
+// A non-owning view of a tensor: a data pointer, a dtype, a shape, the device the data lives on
+// and, for CUDA tensors, the stream the data is produced on (cudaStream_t as void*; null means the
+// legacy default stream). The caller keeps the memory alive and unchanged until the operation's
+// Handle is complete. A scalar has shape {}; a tensor with a zero dimension has no elements.
+class TensorRef {
+ public:
+  TensorRef() = default;
+  TensorRef(void* data, DataType dtype, std::vector<int64_t> shape, Device device = {},
+            void* stream = nullptr)
+      : data_(data), dtype_(dtype), shape_(std::move(shape)), device_(device), stream_(stream) {}
+  TensorRef(const void* data, DataType dtype, std::vector<int64_t> shape, Device device = {},
+            void* stream = nullptr)
+      : TensorRef(const_cast<void*>(data), dtype, std::move(shape), device, stream) {}
+
+  void* data() const { return data_; }
+  DataType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  Device device() const { return device_; }
+  void* stream() const { return stream_; }
+  int64_t num_elements() const;
+  std::size_t size_bytes() const { return static_cast<std::size_t>(num_elements()) * dtype_size(dtype_); }
+
+ private:
+  void* data_ = nullptr;
+  DataType dtype_ = DataType::kFloat32;
+  std::vector<int64_t> shape_;
+  Device device_;
+  void* stream_ = nullptr;
+};
+
+// An owning, contiguous CPU tensor: the result of allgather, alltoall and reducescatter.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DataType dtype, std::vector<int64_t> shape);
+
+  void* data() { return bytes_.data(); }
+  const void* data() const { return bytes_.data(); }
+  DataType dtype() const { return dtype_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  Device device() const { return Device{}; }
+  int64_t num_elements() const;
+  std::size_t size_bytes() const { return bytes_.size(); }
+  TensorRef ref() { return TensorRef(data(), dtype_, shape_); }
+
+  // A copy of the elements; T must match dtype() in size.
+  template <class T>
+  std::vector<T> to_vector() const {
+    std::vector<T> out(bytes_.size() / sizeof(T));
+    if (!out.empty()) std::memcpy(out.data(), bytes_.data(), out.size() * sizeof(T));
+    return out;
+  }
+
+ private:
+  DataType dtype_ = DataType::kFloat32;
+  std::vector<int64_t> shape_;
+  std::vector<std::byte> bytes_;
+};
+
+}  // namespace hvd

@@ -1,0 +1,61 @@
+#pragma once
+
+// The data plane's contract. The runtime (control plane) decides what runs and hands an op one
+// OpBatch: a single collective over one or more tensors (several only for fused allreduce), with
+// parameters every rank has agreed on. The op moves the bytes and returns; it throws hvd::Error
+// (usually CommunicationError) when a library call fails, and the runtime fails the batch's
+// handles with that message.
+//
+// Every rank calls execute() for the same batches in the same order, so ops may issue blocking
+// collectives. Ops run on the runtime's background thread only; they must not keep pointers to
+// the batch after returning.
+//
+// Backends implement one class per collective and say whether they apply to a batch
+// (enabled()); the OperationManager picks the first enabled backend in its documented order.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hvd/tensor.h"
+
+namespace hvd::ops {
+
+enum class CollectiveType { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter };
+const char* collective_name(CollectiveType t);
+
+struct OpEntry {
+  std::string name;
+  TensorRef input;              // allreduce/allgather/alltoall/reducescatter: what this rank sends
+  TensorRef output;             // allreduce: where the result goes (may equal input); broadcast: in/out
+  Tensor* result = nullptr;     // allgather/alltoall/reducescatter: the op allocates and fills it
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  std::vector<int64_t>* received_splits = nullptr;  // alltoall: rows received from each rank
+};
+
+struct OpBatch {
+  CollectiveType type = CollectiveType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  Device device;
+  int root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int contributors = 1;  // ranks contributing data; kAverage divides by it
+  std::vector<OpEntry> entries;
+  std::vector<int64_t> first_dims;  // allgather: every rank's first dimension (one entry per batch)
+};
+
+class CollectiveOp {
+ public:
+  virtual ~CollectiveOp() = default;
+  virtual const char* name() const = 0;  // "mpi_allreduce"
+  virtual CollectiveType type() const = 0;
+  virtual bool enabled(const OpBatch& batch) const = 0;
+  virtual void execute(OpBatch& batch) = 0;
+};
+
+// The factor applied after the reduction: postscale, divided by the contributors for kAverage.
+double post_factor(const OpBatch& batch);
+
+}  // namespace hvd::ops

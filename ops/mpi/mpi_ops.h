@@ -1,0 +1,72 @@
+#pragma once
+
+// The MPI backend: every collective on CPU tensors (and on GPU tensors staged through host
+// memory, by the GPU path). Each op gets only the MPI context and, where it packs tensors, the
+// fusion buffer.
+
+#include "ops/collective_op.h"
+#include "ops/fusion_buffer.h"
+#include "ops/mpi/mpi_context.h"
+
+namespace hvd::ops::mpi {
+
+class MpiOp : public CollectiveOp {
+ public:
+  explicit MpiOp(const MpiContext& ctx) : ctx_(ctx) {}
+  bool enabled(const OpBatch& batch) const override { return batch.device.kind == Device::kCPU; }
+
+ protected:
+  const MpiContext& ctx_;
+};
+
+class MpiAllreduce : public MpiOp {
+ public:
+  MpiAllreduce(const MpiContext& ctx, FusionBuffer& buffer) : MpiOp(ctx), buffer_(buffer) {}
+  const char* name() const override { return "mpi_allreduce"; }
+  CollectiveType type() const override { return CollectiveType::kAllreduce; }
+  void execute(OpBatch& batch) override;
+
+ private:
+  FusionBuffer& buffer_;
+};
+
+class MpiAllgather : public MpiOp {
+ public:
+  using MpiOp::MpiOp;
+  const char* name() const override { return "mpi_allgather"; }
+  CollectiveType type() const override { return CollectiveType::kAllgather; }
+  void execute(OpBatch& batch) override;
+};
+
+class MpiBroadcast : public MpiOp {
+ public:
+  using MpiOp::MpiOp;
+  const char* name() const override { return "mpi_broadcast"; }
+  CollectiveType type() const override { return CollectiveType::kBroadcast; }
+  void execute(OpBatch& batch) override;
+};
+
+class MpiAlltoall : public MpiOp {
+ public:
+  using MpiOp::MpiOp;
+  const char* name() const override { return "mpi_alltoall"; }
+  CollectiveType type() const override { return CollectiveType::kAlltoall; }
+  void execute(OpBatch& batch) override;
+};
+
+class MpiReducescatter : public MpiOp {
+ public:
+  MpiReducescatter(const MpiContext& ctx, FusionBuffer& buffer) : MpiOp(ctx), buffer_(buffer) {}
+  const char* name() const override { return "mpi_reducescatter"; }
+  CollectiveType type() const override { return CollectiveType::kReducescatter; }
+  void execute(OpBatch& batch) override;
+
+ private:
+  FusionBuffer& buffer_;
+};
+
+// MPI_Allreduce of `count` elements in chunks of at most kMaxMpiCount; sendbuf may be MPI_IN_PLACE.
+void allreduce_chunked(const MpiContext& ctx, const void* sendbuf, void* recvbuf, int64_t count,
+                       DataType dtype, ReduceOp op, MPI_Comm comm);
+
+}  // namespace hvd::ops::mpi

@@ -1,0 +1,194 @@
+#include "runtime/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+#include "hvd/error.h"
+
+namespace hvd {
+namespace {
+
+constexpr double kMaxInt = 9.0e18;
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? "|" : "") + v[i];
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+[[noreturn]] void bad_value(const std::string& what, const std::string& value, const std::string& accepted) {
+  throw InvalidArgumentError(what + "='" + value + "' is not valid: expected " + accepted + ".");
+}
+
+}  // namespace
+
+const std::vector<ConfigVar>& config_registry() {
+  static const std::vector<ConfigVar> registry = {
+      {"HVD_FUSION_THRESHOLD", ConfigType::kInt, "67108864",
+       "Bytes of tensors fused into one collective (0 disables fusion).", {}, 0, kMaxInt,
+       "fusion-threshold-mb", 1048576, "Fusion buffer threshold in MiB."},
+      {"HVD_CYCLE_TIME", ConfigType::kDouble, "1",
+       "Milliseconds between negotiation cycles of the background thread.", {}, 0.01, 10000,
+       "cycle-time-ms", 1, "Cycle time in milliseconds."},
+      {"HVD_CACHE_CAPACITY", ConfigType::kInt, "1024",
+       "Negotiated responses kept for the bit-vector fast path (0 turns the cache off).", {}, 0,
+       1 << 20, "cache-capacity", 1, "Response cache capacity (0 disables)."},
+      {"HVD_HIERARCHICAL_ALLREDUCE", ConfigType::kBool, "0",
+       "Reduce-scatter in the node, all-reduce across nodes, all-gather in the node.", {}, 0, 0,
+       "hierarchical-allreduce", 1, "Use hierarchical all-reduce (flag without value)."},
+      {"HVD_GPU_OPERATIONS", ConfigType::kEnum, "NCCL",
+       "Backend for GPU tensors: NCCL, or MPI through host memory.", {"NCCL", "MPI"}, 0, 0,
+       "gpu-operations", 1, "Backend for GPU tensors: NCCL or MPI."},
+      {"HVD_COMPRESSION", ConfigType::kEnum, "none",
+       "Wire compression of float32 GPU gradients: none or fp16.", {"none", "fp16"}, 0, 0, "", 1, ""},
+      {"HVD_TIMELINE", ConfigType::kString, "",
+       "Path of a Chrome-trace JSON timeline written by rank 0 (empty: off).", {}, 0, 0,
+       "timeline-filename", 1, "Write a Chrome-trace timeline to this path."},
+      {"HVD_TIMELINE_MARK_CYCLES", ConfigType::kBool, "0",
+       "Mark each background cycle in the timeline.", {}, 0, 0, "timeline-mark-cycles", 1,
+       "Mark cycles in the timeline (flag without value)."},
+      {"HVD_STALL_CHECK_TIME_SECONDS", ConfigType::kDouble, "60",
+       "Seconds between rank 0's warnings about tensors some ranks have not submitted.", {}, 0,
+       1e9, "stall-check-warning-time-seconds", 1, "Seconds before a stall warning."},
+      {"HVD_STALL_SHUTDOWN_TIME_SECONDS", ConfigType::kDouble, "0",
+       "Seconds after which stalled tensors fail and the job shuts down (0: never).", {}, 0, 1e9,
+       "stall-check-shutdown-time-seconds", 1, "Seconds before a stall fails the job (0: never)."},
+      {"HVD_STALL_CHECK_DISABLE", ConfigType::kBool, "0", "Turn the stall inspector off.", {}, 0,
+       0, "", 1, ""},
+      {"HVD_LOG_LEVEL", ConfigType::kEnum, "warning",
+       "Least severe log level printed.", {"trace", "debug", "info", "warning", "error"}, 0, 0,
+       "log-level", 1, "Log level: trace, debug, info, warning or error."},
+      {"HVD_START_TIMEOUT", ConfigType::kDouble, "30",
+       "Seconds init() waits for every rank before failing.", {}, 1, 1e6, "start-timeout", 1,
+       "Seconds to wait for all ranks at start."},
+      {"HVD_PEER_TIMEOUT_SECONDS", ConfigType::kDouble, "30",
+       "Seconds without a sign of life from a peer before it is declared lost.", {}, 1, 1e6, "",
+       1, ""},
+  };
+  return registry;
+}
+
+const ConfigVar* find_config_var(const std::string& name) {
+  for (const auto& v : config_registry())
+    if (name == v.name) return &v;
+  return nullptr;
+}
+
+EnvLookup process_env_lookup() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+bool parse_bool(const std::string& what, const std::string& value) {
+  std::string v = lower(trim(value));
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off" || v.empty()) return false;
+  bad_value(what, value, "0 or 1 (or true/false, yes/no, on/off)");
+}
+
+int64_t parse_int(const std::string& what, const std::string& value, int64_t min, int64_t max) {
+  std::string v = trim(value);
+  std::ostringstream accepted;
+  accepted << "an integer from " << min << " to " << max;
+  if (v.empty()) bad_value(what, value, accepted.str());
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (errno != 0 || end != v.c_str() + v.size() || x < min || x > max)
+    bad_value(what, value, accepted.str());
+  return x;
+}
+
+double parse_double(const std::string& what, const std::string& value, double min, double max) {
+  std::string v = trim(value);
+  std::ostringstream accepted;
+  accepted << "a number from " << min << " to " << max;
+  if (v.empty()) bad_value(what, value, accepted.str());
+  errno = 0;
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (errno != 0 || end != v.c_str() + v.size() || !std::isfinite(x) || x < min || x > max)
+    bad_value(what, value, accepted.str());
+  return x;
+}
+
+std::string parse_enum(const std::string& what, const std::string& value,
+                       const std::vector<std::string>& choices) {
+  std::string v = lower(trim(value));
+  for (const auto& c : choices)
+    if (lower(c) == v) return c;
+  bad_value(what, value, "one of " + join(choices));
+}
+
+Config load_config(const EnvLookup& env) {
+  // Raw values, HVD_* first; HOROVOD_* accepted as an alias. Both set and different is an error.
+  auto raw = [&](const ConfigVar& var) -> std::pair<std::string, std::string> {
+    std::string name = var.name;
+    std::string alias = "HOROVOD_" + name.substr(4);
+    auto a = env(name);
+    auto b = env(alias);
+    if (a && b && trim(*a) != trim(*b))
+      throw InvalidArgumentError(name + "='" + *a + "' and " + alias + "='" + *b +
+                                 "' disagree: unset one of them.");
+    if (a) return {name, *a};
+    if (b) return {alias, *b};
+    return {name, var.default_value};
+  };
+  auto get_int = [&](const char* n) {
+    const ConfigVar& v = *find_config_var(n);
+    auto [who, val] = raw(v);
+    return parse_int(who, val, static_cast<int64_t>(v.min), static_cast<int64_t>(v.max));
+  };
+  auto get_double = [&](const char* n) {
+    const ConfigVar& v = *find_config_var(n);
+    auto [who, val] = raw(v);
+    return parse_double(who, val, v.min, v.max);
+  };
+  auto get_bool = [&](const char* n) {
+    auto [who, val] = raw(*find_config_var(n));
+    return parse_bool(who, val);
+  };
+  auto get_enum = [&](const char* n) {
+    const ConfigVar& v = *find_config_var(n);
+    auto [who, val] = raw(v);
+    return parse_enum(who, val, v.choices);
+  };
+  auto get_string = [&](const char* n) { return raw(*find_config_var(n)).second; };
+
+  Config c;
+  c.fusion_threshold_bytes = get_int("HVD_FUSION_THRESHOLD");
+  c.cycle_time_ms = get_double("HVD_CYCLE_TIME");
+  c.cache_capacity = get_int("HVD_CACHE_CAPACITY");
+  c.hierarchical_allreduce = get_bool("HVD_HIERARCHICAL_ALLREDUCE");
+  c.gpu_operations = get_enum("HVD_GPU_OPERATIONS");
+  c.compression = get_enum("HVD_COMPRESSION");
+  c.timeline_path = get_string("HVD_TIMELINE");
+  c.timeline_mark_cycles = get_bool("HVD_TIMELINE_MARK_CYCLES");
+  c.stall_check_time_seconds = get_double("HVD_STALL_CHECK_TIME_SECONDS");
+  c.stall_shutdown_time_seconds = get_double("HVD_STALL_SHUTDOWN_TIME_SECONDS");
+  c.stall_check_disable = get_bool("HVD_STALL_CHECK_DISABLE");
+  c.log_level = get_enum("HVD_LOG_LEVEL");
+  c.start_timeout_seconds = get_double("HVD_START_TIMEOUT");
+  c.peer_timeout_seconds = get_double("HVD_PEER_TIMEOUT_SECONDS");
+  return c;
+}
+
+}  // namespace hvd

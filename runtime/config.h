@@ -1,0 +1,74 @@
+#pragma once
+
+// The configuration registry: every HVD_* variable is declared once, in config.cc, with its type,
+// default, accepted values and one line of documentation. The runtime reads it at init(); the
+// launcher (hvdrun) builds its tuning flags and --help from the same table. Each variable may also
+// be spelled HOROVOD_* so existing job scripts keep working.
+//
+// Thread safety: the registry is immutable; load_config() is a pure function of its lookup.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hvd {
+
+enum class ConfigType { kBool, kInt, kDouble, kString, kEnum };
+
+struct ConfigVar {
+  const char* name;          // "HVD_FUSION_THRESHOLD"
+  ConfigType type;
+  const char* default_value; // as the variable would be spelled: "67108864"
+  const char* doc;           // one line
+  std::vector<std::string> choices;  // kEnum: the accepted values (case-insensitive)
+  double min = 0;            // kInt / kDouble: inclusive bounds
+  double max = 0;
+  // hvdrun's flag for this variable ("fusion-threshold-mb"), empty for none, and the factor
+  // that turns the flag's value into the variable's (1048576 for MiB -> bytes).
+  const char* launcher_flag = "";
+  double launcher_scale = 1;
+  const char* launcher_doc = "";
+};
+
+// Every variable, in documentation order.
+const std::vector<ConfigVar>& config_registry();
+// The entry for a name (HVD_ spelling), or nullptr.
+const ConfigVar* find_config_var(const std::string& name);
+
+// Typed, validated configuration.
+struct Config {
+  int64_t fusion_threshold_bytes = 64 << 20;
+  double cycle_time_ms = 1.0;
+  int64_t cache_capacity = 1024;
+  bool hierarchical_allreduce = false;
+  std::string gpu_operations = "NCCL";   // NCCL | MPI
+  std::string compression = "none";      // none | fp16
+  std::string timeline_path;
+  bool timeline_mark_cycles = false;
+  double stall_check_time_seconds = 60;
+  double stall_shutdown_time_seconds = 0;
+  bool stall_check_disable = false;
+  std::string log_level = "warning";     // trace | debug | info | warning | error
+  double start_timeout_seconds = 30;
+  double peer_timeout_seconds = 30;
+};
+
+// Looks a variable up by its exact name; std::nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup process_env_lookup();
+
+// Reads every registered variable (HVD_* first, then HOROVOD_*), validates it and returns the
+// configuration. Throws InvalidArgumentError naming the variable, the value and what is accepted.
+Config load_config(const EnvLookup& env);
+
+// Value parsers, exposed for tests and the fuzzers. Each throws InvalidArgumentError with a
+// message that names `what` (usually the variable) and the accepted values.
+bool parse_bool(const std::string& what, const std::string& value);
+int64_t parse_int(const std::string& what, const std::string& value, int64_t min, int64_t max);
+double parse_double(const std::string& what, const std::string& value, double min, double max);
+std::string parse_enum(const std::string& what, const std::string& value,
+                       const std::vector<std::string>& choices);
+
+}  // namespace hvd

@@ -1,0 +1,337 @@
+#include "runtime/controller.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "hvd/error.h"
+#include "ops/mpi/mpi_context.h"
+#include "runtime/logging.h"
+
+namespace hvd {
+namespace {
+
+constexpr uint64_t kNoShutdown = 1;
+constexpr uint64_t kNoUncached = 2;
+constexpr uint64_t kNoJoined = 4;
+
+std::string fmt_double(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+}  // namespace
+
+Controller::Controller(MPI_Comm comm, int rank, int size, const ControllerOptions& options, TensorQueue& queue)
+    : comm_(comm), rank_(rank), size_(size), options_(options), queue_(queue), cache_(options.cache_capacity),
+      cache_words_((options.cache_capacity + 63) / 64) {}
+
+void Controller::classify(Request&& r) {
+  if (r.type == RequestType::kJoin) {
+    joined_ = true;
+    uncached_.push_back(std::move(r));
+    return;
+  }
+  uint32_t pos = 0;
+  if (cache_.capacity() > 0 && !joined_) {
+    switch (cache_.lookup(r, &pos)) {
+      case ResponseCache::Lookup::kHit:
+        cached_pending_.emplace(pos, std::move(r));
+        return;
+      case ResponseCache::Lookup::kInvalid:
+        invalid_positions_.push_back(pos);
+        break;
+      case ResponseCache::Lookup::kMiss:
+        break;
+    }
+  }
+  uncached_.push_back(std::move(r));
+}
+
+std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown) {
+  std::vector<Request> fresh;
+  queue_.pop_requests(&fresh);
+  for (auto& r : fresh) classify(std::move(r));
+
+  // [flags | hit bits | valid bits], ANDed across ranks.
+  std::vector<uint64_t> bits(1 + 2 * cache_words_, 0);
+  uint64_t flags = 0;
+  if (!shutdown_requested) flags |= kNoShutdown;
+  if (uncached_.empty() && !joined_) flags |= kNoUncached;
+  if (!joined_) flags |= kNoJoined;
+  bits[0] = flags;
+  if (!joined_)
+    for (const auto& [pos, req] : cached_pending_) bits[1 + pos / 64] |= uint64_t{1} << (pos % 64);
+  for (size_t w = 0; w < cache_words_; ++w) bits[1 + cache_words_ + w] = ~uint64_t{0};
+  for (uint32_t pos : invalid_positions_) bits[1 + cache_words_ + pos / 64] &= ~(uint64_t{1} << (pos % 64));
+  invalid_positions_.clear();
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()), MPI_UINT64_T, MPI_BAND, comm_));
+
+  const bool any_shutdown = !(bits[0] & kNoShutdown);
+  const bool any_uncached = !(bits[0] & kNoUncached);
+  const bool any_joined = !(bits[0] & kNoJoined);
+  *shutdown = any_shutdown;
+
+  // Invalidated entries: erased everywhere; their pending hits go the slow way.
+  for (size_t w = 0; w < cache_words_; ++w) {
+    uint64_t invalid = ~bits[1 + cache_words_ + w];
+    while (invalid) {
+      uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(invalid));
+      invalid &= invalid - 1;
+      cache_.erase(pos);
+      auto it = cached_pending_.find(pos);
+      if (it != cached_pending_.end()) {
+        uncached_.push_back(std::move(it->second));
+        cached_pending_.erase(it);
+      }
+    }
+  }
+
+  std::vector<Response> ready;
+  if (any_joined) {
+    for (auto& [pos, req] : cached_pending_) uncached_.push_back(std::move(req));
+    cached_pending_.clear();
+  } else {
+    for (size_t w = 0; w < cache_words_; ++w) {
+      uint64_t hits = bits[1 + w];
+      while (hits) {
+        uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(hits));
+        hits &= hits - 1;
+        Response r = cache_.get(pos);
+        r.contributors = size_;
+        ready.push_back(std::move(r));
+        cache_.touch(pos);
+        cached_pending_.erase(pos);
+      }
+    }
+  }
+
+  if (any_uncached) {
+    std::vector<Response> slow = slow_path();
+    for (const auto& r : slow)
+      if (r.contributors == size_) cache_.put(r);
+    // A put may have evicted an entry another rank's pending hit still waits on: re-check.
+    for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
+      if (!cache_.occupied(it->first) || cache_.get(it->first).names[0] != it->second.name) {
+        uncached_.push_back(std::move(it->second));
+        it = cached_pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    ready.insert(ready.end(), std::make_move_iterator(slow.begin()), std::make_move_iterator(slow.end()));
+  }
+  FusionOptions fo;
+  fo.threshold_bytes = options_.fusion_threshold_bytes;
+  return plan_fusion(ready, fo);
+}
+
+std::vector<Response> Controller::slow_path() {
+  std::string mine = serialize_requests(uncached_);
+  uncached_.clear();
+  int my_len = static_cast<int>(mine.size());
+  std::vector<int> lens(rank_ == 0 ? size_ : 0), displs(rank_ == 0 ? size_ : 0);
+  MPI_CHECK(MPI_Gather(&my_len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, comm_));
+  std::string all;
+  if (rank_ == 0) {
+    int64_t total = 0;
+    for (int r = 0; r < size_; ++r) {
+      displs[r] = static_cast<int>(total);
+      total += lens[r];
+    }
+    all.resize(static_cast<size_t>(total));
+  }
+  MPI_CHECK(MPI_Gatherv(mine.data(), my_len, MPI_BYTE, all.data(), lens.data(), displs.data(), MPI_BYTE, 0, comm_));
+
+  std::string out;
+  if (rank_ == 0) {
+    for (int r = 0; r < size_; ++r) coordinator_add(parse_requests(all.data() + displs[r], static_cast<size_t>(lens[r])));
+    out = serialize_responses(coordinator_ready());
+  }
+  uint64_t out_len = out.size();
+  MPI_CHECK(MPI_Bcast(&out_len, 1, MPI_UINT64_T, 0, comm_));
+  out.resize(out_len);
+  MPI_CHECK(MPI_Bcast(out.data(), static_cast<int>(out_len), MPI_BYTE, 0, comm_));
+  std::vector<Response> responses = parse_responses(out.data(), out.size());
+  for (const auto& r : responses)
+    if (r.type == ResponseType::kJoin) joined_ = false;
+  return responses;
+}
+
+void Controller::coordinator_add(std::vector<Request>&& requests) {
+  for (auto& r : requests) {
+    if (r.type == RequestType::kJoin) {
+      joined_ranks_.insert(r.rank);
+      last_joined_ = r.rank;
+      continue;
+    }
+    auto [it, inserted] = table_.try_emplace(r.name);
+    TableEntry& e = it->second;
+    if (inserted) {
+      e.requests.assign(size_, Request{});
+      for (auto& q : e.requests) q.rank = -1;
+      e.first_seen = std::chrono::steady_clock::now();
+      arrival_.push_back(r.name);
+    }
+    if (r.rank < 0 || r.rank >= size_ || e.requests[r.rank].rank != -1) continue;
+    ++e.count;
+    e.requests[r.rank] = std::move(r);
+  }
+}
+
+std::vector<Response> Controller::coordinator_ready() {
+  std::vector<Response> out;
+  std::vector<std::string> still;
+  for (const auto& name : arrival_) {
+    TableEntry& e = table_[name];
+    bool ready = true;
+    for (int r = 0; r < size_ && ready; ++r) ready = e.requests[r].rank != -1 || joined_ranks_.count(r);
+    if (!ready) {
+      still.push_back(name);
+      continue;
+    }
+    Response resp = build_response(name);
+    table_.erase(name);
+    if (!resp.group.empty()) {
+      group_members_[resp.group].push_back(std::move(resp));
+      continue;
+    }
+    out.push_back(std::move(resp));
+  }
+  arrival_.swap(still);
+  // Release complete groups; a group with any failed member fails as a whole.
+  for (auto it = group_members_.begin(); it != group_members_.end();) {
+    auto& members = it->second;
+    int want = group_sizes_[it->first];
+    if (static_cast<int>(members.size()) < want) {
+      ++it;
+      continue;
+    }
+    std::string error;
+    for (const auto& m : members)
+      if (m.type == ResponseType::kError && error.empty()) error = m.error;
+    group_sizes_.erase(it->first);
+    for (auto& m : members) {
+      if (!error.empty()) {
+        m.type = ResponseType::kError;
+        m.error = error;
+      }
+      out.push_back(std::move(m));
+    }
+    it = group_members_.erase(it);
+  }
+  if (!joined_ranks_.empty() && static_cast<int>(joined_ranks_.size()) == size_) {
+    Response j;
+    j.type = ResponseType::kJoin;
+    j.names = {"__hvd.join"};
+    j.shapes = {{}};
+    j.last_joined_rank = last_joined_;
+    j.contributors = 0;
+    out.push_back(std::move(j));
+    joined_ranks_.clear();
+    last_joined_ = -1;
+  }
+  return out;
+}
+
+Response Controller::build_response(const std::string& name) {
+  TableEntry& e = table_[name];
+  std::vector<const Request*> reqs;
+  for (const auto& q : e.requests)
+    if (q.rank != -1) reqs.push_back(&q);
+  const Request& a = *reqs.front();
+  const std::string op = request_type_name(a.type);
+  if (!a.group.empty()) group_sizes_[a.group] = std::max(group_sizes_[a.group], a.group_size);
+  Response resp;
+  resp.type = static_cast<ResponseType>(a.type);
+  resp.names = {name};
+  resp.shapes = {a.shape};
+  resp.dtype = a.dtype;
+  resp.reduce_op = a.reduce_op;
+  resp.device_kind = a.device.kind;
+  resp.root = a.root;
+  resp.prescale = a.prescale;
+  resp.postscale = a.postscale;
+  resp.contributors = static_cast<int32_t>(reqs.size());
+  resp.group = a.group;
+
+  auto fail = [&](const std::string& why) {
+    Response err;
+    err.type = ResponseType::kError;
+    err.names = {name};
+    err.shapes = {a.shape};
+    err.group = a.group;
+    err.error = op + " of '" + name + "' failed: " + why;
+    return err;
+  };
+  auto who = [](const Request& q) { return "rank " + std::to_string(q.rank); };
+
+  for (const Request* q : reqs)
+    if (!q->error.empty()) return fail(who(*q) + ": " + q->error);
+  for (const Request* q : reqs) {
+    const Request& b = *q;
+    if (b.type != a.type)
+      return fail(who(b) + " called " + request_type_name(b.type) + ", " + who(a) + " called " + op +
+                  ". Every rank must call the same collective for '" + name + "'.");
+    if (b.dtype != a.dtype)
+      return fail(who(b) + " sent dtype " + dtype_name(b.dtype) + ", " + who(a) + " sent " + dtype_name(a.dtype) +
+                  ". Every rank must pass the same dtype for '" + name + "'.");
+    if (b.device.kind != a.device.kind)
+      return fail(who(b) + " sent a " + device_name(b.device) + " tensor, " + who(a) + " a " +
+                  device_name(a.device) + " tensor. Every rank must pass '" + name + "' on the same kind of device.");
+    bool first_free = a.type == RequestType::kAllgather || a.type == RequestType::kAlltoall;
+    bool shape_ok = first_free ? (b.shape.size() == a.shape.size() &&
+                                  std::equal(b.shape.begin() + (b.shape.empty() ? 0 : 1), b.shape.end(),
+                                             a.shape.begin() + (a.shape.empty() ? 0 : 1)))
+                               : b.shape == a.shape;
+    if (!shape_ok)
+      return fail(who(b) + " sent shape " + shape_string(b.shape) + ", " + who(a) + " sent " + shape_string(a.shape) +
+                  (first_free ? ". Only the first dimension may differ between ranks for " + op + "."
+                              : ". Every rank must pass the same shape for '" + name + "'."));
+    if (a.type == RequestType::kAllreduce || a.type == RequestType::kReducescatter) {
+      if (b.reduce_op != a.reduce_op)
+        return fail(who(b) + " asked for reduce op " + reduce_op_name(b.reduce_op) + ", " + who(a) + " for " +
+                    reduce_op_name(a.reduce_op) + ". Every rank must use the same reduce op for '" + name + "'.");
+      if (b.prescale != a.prescale || b.postscale != a.postscale)
+        return fail(who(b) + " sent prescale " + fmt_double(b.prescale) + " and postscale " + fmt_double(b.postscale) +
+                    ", " + who(a) + " sent prescale " + fmt_double(a.prescale) + " and postscale " +
+                    fmt_double(a.postscale) + ". Every rank must use the same scale factors for '" + name + "'.");
+    }
+    if (a.type == RequestType::kBroadcast && b.root != a.root)
+      return fail(who(b) + " gave root " + std::to_string(b.root) + ", " + who(a) + " gave root " +
+                  std::to_string(a.root) + ". Every rank must name the same root for '" + name + "'.");
+    if (b.group != a.group || b.group_size != a.group_size)
+      return fail(who(b) + " submitted it in group '" + b.group + "' of " + std::to_string(b.group_size) + ", " +
+                  who(a) + " in group '" + a.group + "' of " + std::to_string(a.group_size) + ".");
+  }
+  if (!joined_ranks_.empty()) {
+    if (a.type == RequestType::kBroadcast && e.requests[a.root].rank == -1)
+      return fail("its root rank " + std::to_string(a.root) + " has already called join(), so it has no data to send.");
+    if (a.type == RequestType::kAlltoall && static_cast<int>(reqs.size()) < size_)
+      return fail("alltoall cannot run while ranks have called join(); call it before join() on every rank.");
+  }
+  if (a.type == RequestType::kAllgather) {
+    resp.first_dims.assign(size_, 0);
+    for (const Request* q : reqs) resp.first_dims[q->rank] = q->shape.empty() ? 1 : q->shape[0];
+  }
+  return resp;
+}
+
+std::vector<Controller::Stall> Controller::stalled(double older_than_seconds) const {
+  std::vector<Stall> out;
+  auto now = std::chrono::steady_clock::now();
+  for (const auto& name : arrival_) {
+    const TableEntry& e = table_.at(name);
+    double age = std::chrono::duration<double>(now - e.first_seen).count();
+    if (age < older_than_seconds) continue;
+    Stall s;
+    s.name = name;
+    s.seconds = age;
+    for (int r = 0; r < size_; ++r)
+      if (e.requests[r].rank == -1 && !joined_ranks_.count(r)) s.missing_ranks.push_back(r);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace hvd

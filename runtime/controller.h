@@ -1,0 +1,97 @@
+#pragma once
+
+// The controller: each cycle, the ranks agree on which tensors are ready everywhere.
+//
+// Protocol (one cycle, the same steps on every rank):
+//  1. Pop this rank's new requests. A request whose parameters match a cached response marks the
+//     cache position in a "hit" bit vector; one whose name is cached with other parameters clears
+//     the position's "valid" bit and goes the slow way; anything else goes the slow way.
+//  2. One MPI_Allreduce(BAND) of [flags | hit bits | valid bits]. The flags are inverted so that AND
+//     answers "does ANY rank ...": want to shut down, have uncached requests, have joined.
+//  3. Positions with a cleared valid bit are erased everywhere (pending hits there go slow).
+//     If any rank has joined, all pending hits go slow (rank 0 must count contributors).
+//     Otherwise positions whose hit bit survived the AND are ready on every rank: their cached
+//     responses run, in position order, with no message to rank 0 (the fast path).
+//  4. If any rank has uncached requests (the slow path): MPI_Gatherv of the serialised requests to
+//     rank 0, which adds them to its message table, validates every tensor that all non-joined
+//     ranks have submitted (op, dtype, shape, reduce op, scale factors, root, device, group) and
+//     broadcasts one response list (an ERROR response for a mismatch, so every rank fails that
+//     handle with the same message instead of hanging).
+//  5. Every rank puts the slow-path responses into its cache (identically, so the caches stay
+//     equal), re-checks its pending hits against evictions, and fuses the list (runtime/fusion.h).
+// The returned list is identical on every rank, in the same order.
+//
+// Thread safety: background thread only.
+
+#include <mpi.h>
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/fusion.h"
+#include "runtime/message.h"
+#include "runtime/response_cache.h"
+#include "runtime/tensor_queue.h"
+
+namespace hvd {
+
+struct ControllerOptions {
+  int64_t fusion_threshold_bytes = 64 << 20;
+  size_t cache_capacity = 1024;
+};
+
+class Controller {
+ public:
+  Controller(MPI_Comm comm, int rank, int size, const ControllerOptions& options, TensorQueue& queue);
+
+  // Runs one cycle. `shutdown_requested`: this rank wants to stop. On return, *shutdown tells
+  // whether any rank asked (then every rank stops after executing the returned responses).
+  std::vector<Response> cycle(bool shutdown_requested, bool* shutdown);
+
+  // Names submitted by some ranks and not others, for the stall inspector (rank 0 only):
+  // name -> (ranks missing, seconds since first submission).
+  struct Stall {
+    std::string name;
+    std::vector<int> missing_ranks;
+    double seconds = 0;
+  };
+  std::vector<Stall> stalled(double older_than_seconds) const;
+
+ private:
+  void classify(Request&& r);
+  std::vector<Response> slow_path();
+  void coordinator_add(std::vector<Request>&& requests);
+  std::vector<Response> coordinator_ready();
+  Response build_response(const std::string& name);
+
+  MPI_Comm comm_;
+  int rank_, size_;
+  ControllerOptions options_;
+  TensorQueue& queue_;
+  ResponseCache cache_;
+  size_t cache_words_;
+
+  bool joined_ = false;
+  std::map<uint32_t, Request> cached_pending_;  // position -> request waiting for the AND
+  std::vector<uint32_t> invalid_positions_;
+  std::vector<Request> uncached_;
+
+  // Rank 0: the message table.
+  struct TableEntry {
+    std::vector<Request> requests;  // by rank; rank == -1 when not yet submitted
+    int count = 0;
+    std::chrono::steady_clock::time_point first_seen;
+  };
+  std::unordered_map<std::string, TableEntry> table_;
+  std::vector<std::string> arrival_;  // names in order of first arrival
+  std::set<int> joined_ranks_;
+  int last_joined_ = -1;
+  std::map<std::string, std::vector<Response>> group_members_;
+  std::map<std::string, int> group_sizes_;
+};
+
+}  // namespace hvd

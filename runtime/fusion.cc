@@ -1,0 +1,74 @@
+#include "runtime/fusion.h"
+
+#include <map>
+
+#include "hvd/error.h"
+
+namespace hvd {
+namespace {
+
+bool fusable(const Response& r) { return r.type == ResponseType::kAllreduce && r.error.empty(); }
+
+bool compatible(const Response& a, const Response& b) {
+  return a.dtype == b.dtype && a.device_kind == b.device_kind && a.reduce_op == b.reduce_op &&
+         a.prescale == b.prescale && a.postscale == b.postscale && a.contributors == b.contributors;
+}
+
+void append(Response& into, const Response& r) {
+  into.names.insert(into.names.end(), r.names.begin(), r.names.end());
+  into.shapes.insert(into.shapes.end(), r.shapes.begin(), r.shapes.end());
+}
+
+}  // namespace
+
+int64_t response_bytes(const Response& r) {
+  int64_t total = 0;
+  for (const auto& shape : r.shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    total += n * static_cast<int64_t>(dtype_size(r.dtype));
+  }
+  return total;
+}
+
+std::vector<Response> plan_fusion(const std::vector<Response>& responses, const FusionOptions& options) {
+  // 1. Units: each group's members merged into one response (in order of first appearance).
+  std::vector<Response> units;
+  std::map<std::string, size_t> group_unit;
+  for (const auto& r : responses) {
+    if (fusable(r) && !r.group.empty()) {
+      auto it = group_unit.find(r.group);
+      if (it != group_unit.end() && compatible(units[it->second], r)) {
+        append(units[it->second], r);
+        continue;
+      }
+      group_unit[r.group] = units.size();
+    }
+    units.push_back(r);
+  }
+  // 2. Greedy buckets with look-ahead.
+  std::vector<Response> out;
+  std::vector<bool> taken(units.size(), false);
+  std::vector<int64_t> bytes(units.size());
+  for (size_t i = 0; i < units.size(); ++i) bytes[i] = response_bytes(units[i]);
+  for (size_t i = 0; i < units.size(); ++i) {
+    if (taken[i]) continue;
+    taken[i] = true;
+    Response bucket = units[i];
+    if (fusable(bucket) && options.threshold_bytes > 0) {
+      int64_t total = bytes[i];
+      for (size_t j = i + 1; j < units.size() && total < options.threshold_bytes; ++j) {
+        if (taken[j] || !fusable(units[j]) || !compatible(bucket, units[j])) continue;
+        if (total + bytes[j] > options.threshold_bytes) continue;
+        append(bucket, units[j]);
+        total += bytes[j];
+        taken[j] = true;
+      }
+    }
+    if (bucket.names.size() > 1 && bucket.group != units[i].group) bucket.group.clear();
+    out.push_back(std::move(bucket));
+  }
+  return out;
+}
+
+}  // namespace hvd

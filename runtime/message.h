@@ -1,0 +1,62 @@
+#pragma once
+
+// The negotiation messages. A Request says "this rank has tensor `name` ready for this
+// collective, with these parameters"; rank 0 collects them and answers with Responses that every
+// rank executes in the same order. Both serialise to a compact binary form for MPI_Gatherv /
+// MPI_Bcast; parsing checks every length against the buffer (a corrupt message is an
+// InternalError, never a crash).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hvd/tensor.h"
+
+namespace hvd {
+
+enum class RequestType : uint8_t { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kBarrier, kJoin };
+const char* request_type_name(RequestType t);  // "allreduce", ...
+
+struct Request {
+  int32_t rank = 0;
+  RequestType type = RequestType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  Device device;
+  int32_t root = -1;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string group;       // grouped allreduce: the group's name ("" when not grouped)
+  int32_t group_size = 0;  // members in the group
+  std::string error;       // a local validation failure every rank must see (e.g. bad splits)
+};
+
+enum class ResponseType : uint8_t { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kBarrier, kJoin, kError };
+const char* response_type_name(ResponseType t);
+
+struct Response {
+  ResponseType type = ResponseType::kAllreduce;
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;  // per name: the agreed shape (allgather: rank 0's)
+  // allgather: first dimension of every rank, names.size() x size, row-major by name.
+  std::vector<int64_t> first_dims;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  Device::Kind device_kind = Device::kCPU;
+  int32_t root = -1;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int32_t contributors = 0;     // ranks that contribute data (size minus joined ranks)
+  int32_t last_joined_rank = -1;  // kJoin
+  std::string group;            // members of one group are fused together
+  std::string error;            // kError: the message every rank throws
+};
+
+std::string serialize_requests(const std::vector<Request>& requests);
+std::vector<Request> parse_requests(const char* data, size_t size);
+std::string serialize_responses(const std::vector<Response>& responses);
+std::vector<Response> parse_responses(const char* data, size_t size);
+
+}  // namespace hvd

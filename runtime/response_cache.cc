@@ -1,0 +1,88 @@
+#include "runtime/response_cache.h"
+
+#include "hvd/error.h"
+
+namespace hvd {
+
+ResponseCache::ResponseCache(size_t capacity) : capacity_(capacity) {}
+
+bool ResponseCache::cacheable(const Response& r) {
+  return r.names.size() == 1 && r.error.empty() &&
+         (r.type == ResponseType::kAllreduce || r.type == ResponseType::kBroadcast ||
+          r.type == ResponseType::kReducescatter);
+}
+
+ResponseCache::Lookup ResponseCache::lookup(const Request& q, uint32_t* position) const {
+  auto it = by_name_.find(q.name);
+  if (it == by_name_.end()) return Lookup::kMiss;
+  *position = it->second;
+  const Response& r = slots_[it->second]->response;
+  bool same = static_cast<uint8_t>(r.type) == static_cast<uint8_t>(q.type) && r.dtype == q.dtype &&
+              r.shapes[0] == q.shape && r.device_kind == q.device.kind && r.group == q.group &&
+              q.error.empty();
+  if (same && (q.type == RequestType::kAllreduce || q.type == RequestType::kReducescatter))
+    same = r.reduce_op == q.reduce_op && r.prescale == q.prescale && r.postscale == q.postscale;
+  if (same && q.type == RequestType::kBroadcast) same = r.root == q.root;
+  return same ? Lookup::kHit : Lookup::kInvalid;
+}
+
+const Response& ResponseCache::get(uint32_t position) const {
+  if (!occupied(position)) throw InternalError("response cache: no entry at position " + std::to_string(position));
+  return slots_[position]->response;
+}
+
+void ResponseCache::put(const Response& single) {
+  if (capacity_ == 0 || !cacheable(single)) return;
+  const std::string& name = single.names[0];
+  auto it = by_name_.find(name);
+  if (it != by_name_.end()) {
+    slots_[it->second]->response = single;
+    touch(it->second);
+    return;
+  }
+  uint32_t pos;
+  if (by_name_.size() < capacity_) {
+    // Lowest free position: deterministic on every rank.
+    pos = 0;
+    while (pos < slots_.size() && slots_[pos].has_value()) ++pos;
+    if (pos == slots_.size()) slots_.emplace_back();
+  } else {
+    pos = lru_.back();
+    erase(pos);
+  }
+  lru_.push_front(pos);
+  slots_[pos] = Slot{single, lru_.begin()};
+  by_name_[name] = pos;
+}
+
+void ResponseCache::touch(uint32_t position) {
+  if (!occupied(position)) return;
+  lru_.erase(slots_[position]->lru);
+  lru_.push_front(position);
+  slots_[position]->lru = lru_.begin();
+}
+
+void ResponseCache::erase(uint32_t position) {
+  if (!occupied(position)) return;
+  by_name_.erase(slots_[position]->response.names[0]);
+  lru_.erase(slots_[position]->lru);
+  slots_[position].reset();
+}
+
+std::vector<Response> split_response(const Response& fused) {
+  std::vector<Response> out;
+  out.reserve(fused.names.size());
+  for (size_t i = 0; i < fused.names.size(); ++i) {
+    Response r = fused;
+    r.names = {fused.names[i]};
+    r.shapes = {fused.shapes.at(i)};
+    if (!fused.first_dims.empty() && fused.names.size() > 0) {
+      size_t per = fused.first_dims.size() / fused.names.size();
+      r.first_dims.assign(fused.first_dims.begin() + i * per, fused.first_dims.begin() + (i + 1) * per);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace hvd

@@ -1,0 +1,66 @@
+#pragma once
+
+// The response cache: the fast path of negotiation.
+//
+// Why it works: every rank executes the same responses in the same order, and every rank updates
+// its cache only from executed responses (put/touch) and from collective decisions (erase after the
+// cycle's bit vector says an entry is invalid somewhere). So the caches of all ranks are identical
+// at every cycle boundary: same names at the same positions, same LRU order. A rank whose request
+// matches a cached response sets the bit of that position; one bitwise-AND all-reduce tells every
+// rank which cached tensors are ready everywhere, with no round trip to rank 0.
+//
+// A request "hits" only if its parameters equal the cached response's (type, dtype, shape, reduce
+// op, scale factors, root, device kind, group). The same name with other parameters is "invalid":
+// the rank clears that entry's valid bit, every rank erases it, and the request goes the slow way.
+// Only allreduce, broadcast and reducescatter are cached: allgather and alltoall sizes are
+// per-rank and may change from call to call.
+//
+// Thread safety: used by the background thread only.
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/message.h"
+
+namespace hvd {
+
+class ResponseCache {
+ public:
+  enum class Lookup { kMiss, kHit, kInvalid };
+
+  explicit ResponseCache(size_t capacity);
+
+  size_t capacity() const { return capacity_; }
+  size_t size() const { return by_name_.size(); }
+  static bool cacheable(const Response& single);
+
+  // Does this request match the cached response for its name? On kHit and kInvalid, *position is
+  // the entry's position.
+  Lookup lookup(const Request& request, uint32_t* position) const;
+  const Response& get(uint32_t position) const;
+  // Inserts or replaces a single-tensor response (names.size() == 1) and marks it most recently
+  // used. When full, the least recently used entry is evicted and its position reused.
+  void put(const Response& single);
+  void touch(uint32_t position);
+  void erase(uint32_t position);
+  bool occupied(uint32_t position) const { return position < slots_.size() && slots_[position].has_value(); }
+
+ private:
+  struct Slot {
+    Response response;
+    std::list<uint32_t>::iterator lru;
+  };
+  size_t capacity_;
+  std::vector<std::optional<Slot>> slots_;
+  std::unordered_map<std::string, uint32_t> by_name_;
+  std::list<uint32_t> lru_;  // front: most recently used
+};
+
+// Splits a (possibly fused) response into one response per tensor.
+std::vector<Response> split_response(const Response& fused);
+
+}  // namespace hvd

@@ -1,0 +1,219 @@
+#include "runtime/runtime.h"
+
+#include <chrono>
+#include <cstdlib>
+
+#include "hvd/error.h"
+#include "ops/dtype_math.h"
+#include "ops/mpi/mpi_ops.h"
+#include "runtime/logging.h"
+
+namespace hvd {
+namespace {
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "unknown";
+}
+
+ops::CollectiveType collective_of(ResponseType t) {
+  switch (t) {
+    case ResponseType::kAllgather: return ops::CollectiveType::kAllgather;
+    case ResponseType::kBroadcast: return ops::CollectiveType::kBroadcast;
+    case ResponseType::kAlltoall: return ops::CollectiveType::kAlltoall;
+    case ResponseType::kReducescatter: return ops::CollectiveType::kReducescatter;
+    default: return ops::CollectiveType::kAllreduce;
+  }
+}
+
+std::string names_of(const Response& r) {
+  std::string s;
+  for (size_t i = 0; i < r.names.size() && i < 4; ++i) s += (i ? "', '" : "") + r.names[i];
+  if (r.names.size() > 4) s += "' and " + std::to_string(r.names.size() - 4) + " more";
+  else s += "'";
+  return "'" + s;
+}
+
+int fake_local_size_from_env() {
+  // Test hook: split the world into fake nodes of N consecutive ranks (hierarchical tests).
+  const char* v = std::getenv("HVD_TEST_FAKE_LOCAL_SIZE");
+  return v ? std::atoi(v) : 0;
+}
+
+}  // namespace
+
+Runtime::Runtime(const Config& config) : config_(config) {
+  set_log_level(parse_log_level(config_.log_level));
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized)
+    throw InvalidArgumentError("hvd::init() failed: MPI has already been finalised in this process, and MPI cannot be "
+                               "initialised twice. Call hvd::init() before MPI_Finalize (and once per process).");
+  int provided = 0;
+  if (!initialized) {
+    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    owns_mpi_ = true;
+  } else {
+    MPI_CHECK(MPI_Query_thread(&provided));
+  }
+  if (provided < MPI_THREAD_SERIALIZED)
+    throw InvalidArgumentError(std::string("hvd::init() failed: MPI was initialised with ") + thread_level_name(provided) +
+                               ", but hvd's background thread makes MPI calls. Initialise MPI with "
+                               "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let hvd::init() do it.");
+  mpi_ = std::make_unique<ops::mpi::MpiContext>(fake_local_size_from_env());
+  set_log_rank(mpi_->topology().rank);
+  if (provided < MPI_THREAD_MULTIPLE)
+    HVD_LOG(Warning) << "MPI provides " << thread_level_name(provided)
+                     << ": do not make MPI calls on other threads while hvd is running.";
+
+  op_manager_.add(std::make_unique<ops::mpi::MpiAllreduce>(*mpi_, fusion_buffer_));
+  op_manager_.add(std::make_unique<ops::mpi::MpiAllgather>(*mpi_));
+  op_manager_.add(std::make_unique<ops::mpi::MpiBroadcast>(*mpi_));
+  op_manager_.add(std::make_unique<ops::mpi::MpiAlltoall>(*mpi_));
+  op_manager_.add(std::make_unique<ops::mpi::MpiReducescatter>(*mpi_, fusion_buffer_));
+
+  ControllerOptions co;
+  co.fusion_threshold_bytes = config_.fusion_threshold_bytes;
+  co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
+  const auto& topo = mpi_->topology();
+  controller_ = std::make_unique<Controller>(mpi_->world(), topo.rank, topo.size, co, queue_);
+  HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local " << topo.local_rank << "/"
+                 << topo.local_size << ", cross " << topo.cross_rank << "/" << topo.cross_size
+                 << (topo.homogeneous ? ", homogeneous" : ", not homogeneous");
+  thread_ = std::thread([this] { loop(); });
+}
+
+Runtime::~Runtime() {
+  if (thread_.joinable()) {
+    shutdown_requested_ = true;
+    wake_cv_.notify_all();
+    thread_.join();
+  }
+}
+
+Handle Runtime::enqueue(std::vector<TensorTableEntry> entries, std::vector<Request> requests,
+                        std::shared_ptr<detail::HandleState> state) {
+  queue_.add(std::move(entries), std::move(requests));
+  return Handle(std::move(state));
+}
+
+void Runtime::loop() {
+  using clock = std::chrono::steady_clock;
+  const auto cycle = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  try {
+    while (true) {
+      auto start = clock::now();
+      bool shutdown = false;
+      std::vector<Response> responses = controller_->cycle(shutdown_requested_.load(), &shutdown);
+      for (const auto& r : responses) perform(r);
+      if (shutdown) break;
+      std::unique_lock<std::mutex> lock(wake_mu_);
+      wake_cv_.wait_until(lock, start + cycle, [&] { return shutdown_requested_.load(); });
+    }
+    queue_.close(detail::ErrorKind::kInvalidArgument,
+                 "hvd was shut down (a rank called hvd::shutdown()) before every rank submitted it.");
+  } catch (const std::exception& e) {
+    auto [kind, message] = detail::classify(e);
+    HVD_LOG(Error) << "background thread stopped: " << message;
+    queue_.close(kind, message);
+  }
+  stopped_ = true;
+}
+
+void Runtime::fail_response(const Response& r, detail::ErrorKind kind, const std::string& message) {
+  for (const auto& name : r.names)
+    if (auto e = queue_.take(name)) e->handle->fail(kind, message);
+}
+
+void Runtime::perform(const Response& r) {
+  if (r.type == ResponseType::kError) {
+    fail_response(r, detail::ErrorKind::kInvalidArgument, r.error);
+    return;
+  }
+  if (r.type == ResponseType::kJoin) {
+    if (auto e = queue_.take(r.names[0])) {
+      e->handle->set_join_result(r.last_joined_rank);
+      e->handle->complete_one();
+    }
+    return;
+  }
+  if (r.type == ResponseType::kBarrier) {
+    // Negotiation itself proved that every rank reached the barrier.
+    if (auto e = queue_.take(r.names[0])) e->handle->complete_one();
+    return;
+  }
+  ops::OpBatch batch;
+  batch.type = collective_of(r.type);
+  batch.dtype = r.dtype;
+  batch.reduce_op = r.reduce_op;
+  batch.device.kind = r.device_kind;
+  batch.root = r.root;
+  batch.prescale = r.prescale;
+  batch.postscale = r.postscale;
+  batch.contributors = r.contributors;
+  batch.first_dims = r.first_dims;
+  std::vector<TensorTableEntry> taken;
+  std::vector<std::vector<std::byte>> scratch;  // a joined rank's stand-in tensors
+  Tensor scratch_result;
+  taken.reserve(r.names.size());
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    ops::OpEntry oe;
+    oe.name = r.names[i];
+    auto e = queue_.take(r.names[i]);
+    if (e) {
+      oe.input = e->input;
+      oe.output = e->output;
+      oe.splits = e->splits;
+      oe.result = &e->handle->output;
+      oe.received_splits = &e->handle->received_splits;
+      batch.device = e->input.device();
+      taken.push_back(std::move(*e));
+    } else {
+      // This rank has joined: it contributes the identity (nothing, for allgather) and discards
+      // the result.
+      std::vector<int64_t> shape = r.shapes[i];
+      if (r.type == ResponseType::kAllgather && !shape.empty()) shape[0] = 0;
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      scratch.emplace_back(static_cast<size_t>(n) * dtype_size(r.dtype));
+      void* p = scratch.back().data();
+      ops::fill_identity(r.dtype, r.reduce_op, p, static_cast<size_t>(n));
+      oe.input = TensorRef(p, r.dtype, shape);
+      oe.output = oe.input;
+      oe.result = &scratch_result;
+    }
+    batch.entries.push_back(std::move(oe));
+  }
+  try {
+    op_manager_.execute(batch);
+  } catch (const std::exception& e) {
+    auto [kind, message] = detail::classify(e);
+    std::string full = message.rfind(std::string(response_type_name(r.type)) + " of", 0) == 0
+                           ? message
+                           : std::string(response_type_name(r.type)) + " of " + names_of(r) + " failed: " + message;
+    for (auto& t : taken) t.handle->fail(kind, full);
+    if (kind == detail::ErrorKind::kCommunication) throw;
+    return;
+  }
+  for (auto& t : taken) t.handle->complete_one();
+}
+
+void Runtime::shutdown() {
+  shutdown_requested_ = true;
+  wake_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  mpi_.reset();
+  if (owns_mpi_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+}
+
+}  // namespace hvd

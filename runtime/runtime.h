@@ -1,0 +1,70 @@
+#pragma once
+
+// The process-wide runtime: owns the MPI context, the background thread, the tensor queue, the
+// controller and the data-plane ops, and joins them on shutdown. The free functions of the public
+// API delegate to the one Runtime instance (runtime/api.cc); nothing else is global.
+//
+// Threading: the constructor and shutdown() run on a user thread (both are collective over MPI);
+// from construction to shutdown, every MPI call is made by the background thread. enqueue() and
+// the topology getters may be called from any thread.
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "hvd/collectives.h"
+#include "ops/fusion_buffer.h"
+#include "ops/mpi/mpi_context.h"
+#include "ops/operation_manager.h"
+#include "runtime/config.h"
+#include "runtime/controller.h"
+#include "runtime/tensor_queue.h"
+
+namespace hvd {
+
+class Runtime {
+ public:
+  // Initialises MPI unless it is already (then `owns_mpi` is false and MPI is never finalised by
+  // us), builds the communicators and starts the background thread.
+  explicit Runtime(const Config& config);
+  ~Runtime();
+
+  const ops::mpi::MpiTopology& topology() const { return mpi_->topology(); }
+  const Config& config() const { return config_; }
+
+  // Hands tensors to the background thread; the handle completes when all of them are done.
+  // Throws InvalidArgumentError for a name already in flight, or the runtime's failure after the
+  // background thread stopped.
+  Handle enqueue(std::vector<TensorTableEntry> entries, std::vector<Request> requests,
+                 std::shared_ptr<detail::HandleState> state);
+  int next_barrier_id() { return barrier_counter_++; }
+
+  // Collective: stops the background thread after the cycle in which every rank has seen the
+  // request, fails what is still pending, frees the communicators, finalises MPI if we own it.
+  void shutdown();
+
+ private:
+  void loop();
+  void perform(const Response& response);
+  void fail_response(const Response& response, detail::ErrorKind kind, const std::string& message);
+
+  Config config_;
+  bool owns_mpi_ = false;
+  std::unique_ptr<ops::mpi::MpiContext> mpi_;
+  ops::FusionBuffer fusion_buffer_;
+  ops::OperationManager op_manager_;
+  TensorQueue queue_;
+  std::unique_ptr<Controller> controller_;
+
+  std::thread thread_;
+  std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> stopped_{false};
+  std::atomic<int> barrier_counter_{0};
+  std::mutex wake_mu_;
+  std::condition_variable wake_cv_;
+};
+
+}  // namespace hvd

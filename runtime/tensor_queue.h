@@ -1,0 +1,55 @@
+#pragma once
+
+// The hand-off between user threads and the background thread. User threads add() a set of
+// tensors (one, or a whole group) with their requests atomically; the background thread pops the
+// requests once per cycle and later take()s each entry by name when its response executes.
+//
+// Thread safety: every method takes the queue's mutex. A name may be in the queue once per rank;
+// adding it again before its entry is taken is an error. After close() every add() throws the
+// closing error and every entry still in the table is failed with it.
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hvd/tensor.h"
+#include "runtime/handle.h"
+#include "runtime/message.h"
+
+namespace hvd {
+
+struct TensorTableEntry {
+  std::string name;
+  RequestType type = RequestType::kAllreduce;
+  TensorRef input;
+  TensorRef output;
+  std::vector<int64_t> splits;
+  std::shared_ptr<detail::HandleState> handle;
+  std::chrono::steady_clock::time_point enqueued;
+};
+
+class TensorQueue {
+ public:
+  // Throws InvalidArgumentError (nothing added) when a name is already in flight, or the closing
+  // error after close().
+  void add(std::vector<TensorTableEntry> entries, std::vector<Request> requests);
+  void pop_requests(std::vector<Request>* out);
+  std::optional<TensorTableEntry> take(const std::string& name);
+  // Fails every entry with the message and refuses later adds with it.
+  void close(detail::ErrorKind kind, const std::string& message);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, TensorTableEntry> table_;
+  std::vector<Request> requests_;
+  bool closed_ = false;
+  detail::ErrorKind close_kind_ = detail::ErrorKind::kNone;
+  std::string close_message_;
+};
+
+}  // namespace hvd
