@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "cluster/env_resolver.h"
 #include "hvd/error.h"
 #include "ops/dtype_math.h"
 #include "ops/mpi/mpi_ops.h"
@@ -71,6 +72,17 @@ Runtime::Runtime(const Config& config) : config_(config) {
   if (provided < MPI_THREAD_MULTIPLE)
     HVD_LOG(Warning) << "MPI provides " << thread_level_name(provided)
                      << ": do not make MPI calls on other threads while hvd is running.";
+
+  // Cross-check the launcher's view (Open MPI, MPICH/PMI or SLURM variables) against MPI's.
+  try {
+    if (auto env = cluster::resolve_placement(process_env_lookup()); env && fake_local_size_from_env() == 0) {
+      const auto& t = mpi_->topology();
+      std::string mismatch = cluster::describe_mismatch(*env, t.rank, t.size, t.local_rank, t.local_size);
+      if (!mismatch.empty()) HVD_LOG(Warning) << mismatch;
+    }
+  } catch (const std::exception& e) {
+    HVD_LOG(Warning) << "could not read the launcher's placement variables: " << e.what();
+  }
 
   op_manager_.add(std::make_unique<ops::mpi::MpiAllreduce>(*mpi_, fusion_buffer_));
   op_manager_.add(std::make_unique<ops::mpi::MpiAllgather>(*mpi_));

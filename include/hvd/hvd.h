@@ -1,8 +1,10 @@
 #pragma once
 
 // The umbrella header: everything a trainer needs.
+#include "hvd/checkpoint.h"
 #include "hvd/collectives.h"
 #include "hvd/error.h"
+#include "hvd/strategy.h"
 #include "hvd/tensor.h"
 #include "hvd/version.h"
 

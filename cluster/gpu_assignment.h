@@ -1,0 +1,52 @@
+#pragma once
+
+// GPU assignment: which CUDA device this process uses. One GPU per process: the device is
+// local_rank modulo the number of devices this process can see. The visible devices are whatever
+// CUDA_VISIBLE_DEVICES (set by the user, or by SLURM's gres plugin) leaves visible: hvd never
+// rewrites or re-indexes that variable, so device index i here is the i-th visible device, exactly
+// as CUDA numbers it inside the process.
+//
+// Pure functions of their arguments and the lookup (no CUDA calls): the runtime asks CUDA for the
+// visible count (cudaGetDeviceCount; 0 when there is no driver or device) and passes it in, so the
+// logic is tested on machines without a GPU. Thread-safe as long as the lookup is.
+//
+// A process with no visible device is not an error by itself (CPU-only training is fine): the
+// error comes only when a CUDA tensor is used (check_cuda_tensor()).
+
+#include <string>
+
+#include "hvd/tensor.h"
+#include "runtime/config.h"
+
+namespace hvd::cluster {
+
+struct GpuAssignmentInput {
+  int local_rank = 0;
+  int local_size = 1;
+  int visible_devices = 0;  // cudaGetDeviceCount() (0 when CUDA reports an error)
+};
+
+struct GpuAssignment {
+  int device = -1;              // CUDA device index to use, -1 when none is visible
+  int visible_devices = 0;
+  bool shared = false;          // more local ranks than visible devices: several ranks per GPU
+  std::string visible_source;   // "CUDA_VISIBLE_DEVICES=2,3", "SLURM_STEP_GPUS=2,3" or "all devices"
+  std::string note;             // why there is no device, or why sharing one needs care; "" if fine
+};
+
+// Picks the device: local_rank % visible_devices (-1 with a note when none is visible). Reads
+// CUDA_VISIBLE_DEVICES and SLURM_STEP_GPUS / SLURM_JOB_GPUS only to describe the choice and to
+// warn (in `note`) about a list CUDA did not fully accept, an allocation SLURM did not enforce, or
+// several ranks sharing a GPU. Throws InvalidArgumentError for an impossible placement (negative
+// values, local_rank >= local_size).
+GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env);
+
+// Checks that a CUDA tensor passed to `op` (e.g. "allreduce of 'fc1.weight'") lives on this
+// process's device. Throws InvalidArgumentError naming the tensor's device, the assigned one and
+// how to fix it. CPU tensors always pass.
+void check_cuda_tensor(const GpuAssignment& a, const Device& device, const std::string& op);
+
+// "cuda:1 (local rank 1 of 2, 2 visible devices, CUDA_VISIBLE_DEVICES=2,3)" for logs.
+std::string to_string(const GpuAssignment& a, const GpuAssignmentInput& in);
+
+}  // namespace hvd::cluster

@@ -1,0 +1,353 @@
+// allreduce_bench: hvd's allreduce against raw MPI_Allreduce on the same data, in the manner of
+// nccl-tests: one row per message size with time, algorithm and bus bandwidth and a count of wrong
+// values combined over ranks, so that the benchmark is also a check (exit status 1 on any wrong
+// value). docs/allreduce_bench.md describes the flags, the columns and the formulas.
+//
+// The run has three phases, so that neither side is measured while the other is active:
+//   1. MPI_Init_thread(MPI_THREAD_MULTIPLE); the raw-MPI baselines on MPI_COMM_WORLD for every row;
+//   2. hvd::init() (which leaves our MPI to us), hvd's allreduce for every row, hvd::shutdown();
+//      no raw MPI call is made while hvd's background thread runs;
+//   3. times and wrong counts combined over ranks with MPI, the table printed, MPI_Finalize().
+#include <mpi.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <hvd/hvd.h>
+
+#include "elements.h"
+#include "mpi_baseline.h"
+#include "options.h"
+
+namespace allreduce_bench {
+namespace {
+
+using hvd::DataType;
+using hvd::ReduceOp;
+
+struct Case {
+  DataType dtype;
+  ReduceOp op;
+  int64_t count;  // elements per tensor
+  int64_t bytes;  // count * element size
+};
+
+// Per-rank results of one side of one row; combined over ranks before printing.
+struct Measure {
+  double time_us = 0;  // mean time of one iteration (all K tensors)
+  int64_t wrong = 0;
+};
+
+struct Row {
+  Case c;
+  Measure hvd, unfused, fused;
+};
+
+// K inputs, K outputs and (for the fused baseline) one buffer for all of them.
+struct Buffers {
+  Buffers(const Case& c, int k, bool with_fused) : c_(c) {
+    for (int i = 0; i < k; ++i) {
+      in_store_.emplace_back(c.bytes);
+      out_store_.emplace_back(c.bytes);
+      in.push_back(in_store_.back().data());
+      out.push_back(out_store_.back().data());
+    }
+    if (with_fused) fused.resize(static_cast<std::size_t>(c.bytes) * k);
+  }
+  void fill_inputs(int rank, int nranks) {
+    for (std::size_t k = 0; k < in.size(); ++k)
+      fill_input(c_.op, c_.dtype, rank, nranks, k * c_.count, in[k], c_.count);
+  }
+  // 0xFF bytes: NaN for floating types, -1 or 255 for integers; an operation that writes nothing
+  // leaves values the check counts as wrong.
+  void poison_outputs() {
+    for (auto& o : out_store_) std::memset(o.data(), 0xFF, o.size());
+  }
+  int64_t count_wrong_outputs(int nranks) const {
+    int64_t wrong = 0;
+    for (std::size_t k = 0; k < out.size(); ++k)
+      wrong += count_wrong(c_.op, c_.dtype, nranks, k * c_.count, out[k], c_.count);
+    return wrong;
+  }
+
+  std::vector<void*> in, out;
+  std::vector<std::byte> fused;
+
+ private:
+  Case c_;
+  std::vector<std::vector<std::byte>> in_store_, out_store_;
+};
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// warmup untimed calls of once(), barrier(), iters timed calls: the mean time of one call.
+template <class Once, class Barrier>
+double time_loop(const Options& o, Once&& once, Barrier&& barrier) {
+  for (int i = 0; i < o.warmup; ++i) once();
+  barrier();
+  const double t0 = now_us();
+  for (int i = 0; i < o.iters; ++i) once();
+  return (now_us() - t0) / o.iters;
+}
+
+std::vector<Case> make_cases(const Options& o) {
+  std::vector<Case> cases;
+  for (DataType t : o.dtypes) {
+    for (ReduceOp op : o.ops) {
+      int64_t last_count = -1;
+      for (int64_t bytes : sweep_sizes(o)) {
+        // Sizes round down to whole elements; a size that rounds to the previous count is skipped.
+        const int64_t count = bytes / static_cast<int64_t>(hvd::dtype_size(t));
+        if (count == last_count) continue;
+        last_count = count;
+        cases.push_back({t, op, count, count * static_cast<int64_t>(hvd::dtype_size(t))});
+      }
+    }
+  }
+  return cases;
+}
+
+// Phase 1.
+void run_baselines(const Options& o, int rank, int nranks, std::vector<Row>& rows) {
+  MpiBaseline mpi(MPI_COMM_WORLD);
+  auto barrier = [] { MPI_Barrier(MPI_COMM_WORLD); };
+  for (Row& row : rows) {
+    const Case& c = row.c;
+    Buffers b(c, o.tensors, o.tensors > 1);
+    b.fill_inputs(rank, nranks);
+    b.poison_outputs();
+    row.unfused.time_us = time_loop(
+        o, [&] { mpi.run_unfused(c.dtype, c.op, b.in, b.out, c.count); }, barrier);
+    row.unfused.wrong = b.count_wrong_outputs(nranks);
+    if (o.tensors > 1) {
+      b.poison_outputs();
+      row.fused.time_us = time_loop(
+          o, [&] { mpi.run_fused(c.dtype, c.op, b.in, b.out, c.count, b.fused.data()); }, barrier);
+      row.fused.wrong = b.count_wrong_outputs(nranks);
+    }
+  }
+}
+
+// Phase 2: K allreduce_async calls, then a wait on each handle, per iteration. The names stay the
+// same from one iteration to the next, as a trainer's gradients do, so hvd's response cache
+// applies.
+void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows) {
+  auto barrier = [] { hvd::barrier(); };
+  for (Row& row : rows) {
+    const Case& c = row.c;
+    Buffers b(c, o.tensors, false);
+    b.fill_inputs(rank, nranks);
+    b.poison_outputs();
+    std::vector<hvd::TensorRef> ins, outs;
+    std::vector<std::string> names;
+    for (int k = 0; k < o.tensors; ++k) {
+      ins.emplace_back(b.in[k], c.dtype, std::vector<int64_t>{c.count});
+      outs.emplace_back(b.out[k], c.dtype, std::vector<int64_t>{c.count});
+      names.push_back(std::string("allreduce_bench.") + type_name(c.dtype) + "." + op_name(c.op) +
+                      "." + std::to_string(c.bytes) + "." + std::to_string(k));
+    }
+    std::vector<hvd::Handle> handles(o.tensors);
+    auto once = [&] {
+      for (int k = 0; k < o.tensors; ++k)
+        handles[k] = hvd::allreduce_async(ins[k], outs[k], names[k], c.op);
+      for (hvd::Handle& h : handles) h.wait();
+    };
+    row.hvd.time_us = time_loop(o, once, barrier);
+    if (o.inject_wrong && rank == 0 && c.count > 0)
+      store(c.dtype, b.out[0], 0, load(c.dtype, b.out[0], 0) + 1);
+    row.hvd.wrong = b.count_wrong_outputs(nranks);
+  }
+}
+
+// Phase 3: mean time over ranks (as nccl-tests reports), wrong values summed over ranks.
+void combine_over_ranks(std::vector<Row>& rows, int nranks) {
+  std::vector<double> times;
+  std::vector<int64_t> wrongs;
+  for (const Row& r : rows) {
+    for (const Measure* m : {&r.hvd, &r.unfused, &r.fused}) {
+      times.push_back(m->time_us);
+      wrongs.push_back(m->wrong);
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, times.data(), static_cast<int>(times.size()), MPI_DOUBLE, MPI_SUM,
+                MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, wrongs.data(), static_cast<int>(wrongs.size()), MPI_INT64_T, MPI_SUM,
+                MPI_COMM_WORLD);
+  std::size_t i = 0;
+  for (Row& r : rows) {
+    for (Measure* m : {&r.hvd, &r.unfused, &r.fused}) {
+      m->time_us = times[i] / nranks;
+      m->wrong = wrongs[i];
+      ++i;
+    }
+  }
+}
+
+// algbw = bytes moved per iteration / time; busbw = algbw * 2 (n - 1) / n (nccl-tests, allreduce).
+void print_measure(const Measure& m, double bytes, int nranks) {
+  const double algbw = m.time_us > 0 ? bytes / (m.time_us * 1e-6) / 1e9 : 0;
+  const double busbw = algbw * 2.0 * (nranks - 1) / nranks;
+  std::printf("  %10.2f %11.3f %11.3f %6lld", m.time_us, algbw, busbw,
+              static_cast<long long>(m.wrong));
+}
+
+double ratio(const Measure& a, const Measure& b) {
+  return b.time_us > 0 ? a.time_us / b.time_us : 0;
+}
+
+void print_header(const Options& o, int nranks) {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  std::string mpi_version(version, len);
+  mpi_version = mpi_version.substr(0, mpi_version.find_first_of(",\n"));
+  std::printf("# allreduce_bench: hvd %s allreduce against raw MPI_Allreduce (%s)\n",
+              hvd::version_string(), mpi_version.c_str());
+  std::printf("# nranks %d  tensors per iteration %d  iters %d  warmup_iters %d", nranks, o.tensors,
+              o.iters, o.warmup);
+  for (const char* var : {"HVD_FUSION_THRESHOLD", "HVD_CYCLE_TIME", "HVD_CACHE_CAPACITY"}) {
+    if (const char* v = std::getenv(var)) std::printf("  %s=%s", var, v);
+  }
+  std::printf("\n");
+  if (nranks > 21) std::printf("# note: beyond 21 ranks int8 sums overflow and count as wrong\n");
+}
+
+void print_ranks(int rank, int nranks) {
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  const long long pid = getpid();
+  std::vector<char> hosts(rank == 0 ? MPI_MAX_PROCESSOR_NAME * nranks : 1);
+  std::vector<long long> pids(nranks);
+  MPI_Gather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+             0, MPI_COMM_WORLD);
+  MPI_Gather(&pid, 1, MPI_LONG_LONG, pids.data(), 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  if (rank != 0) return;
+  for (int r = 0; r < nranks; ++r) {
+    std::printf("#  Rank %2d Pid %7lld on %s\n", r, pids[r],
+                &hosts[static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+  }
+  std::fflush(stdout);
+}
+
+void print_table(const Options& o, const std::vector<Row>& rows, int nranks) {
+  const bool fused = o.tensors > 1;
+  const std::string k = std::to_string(o.tensors);
+  std::printf("#\n# %40s", "");
+  std::printf("  %-41s", ("hvd: " + k + " x allreduce_async").c_str());
+  if (fused) {
+    std::printf("  %-41s  %s", ("MPI: " + k + " x MPI_Allreduce (unfused)").c_str(),
+                "MPI: 1 hand-fused MPI_Allreduce");
+  } else {
+    std::printf("  MPI: %s x MPI_Allreduce", k.c_str());
+  }
+  std::printf("\n# %10s %12s %9s %6s", "size(B)", "count", "type", "redop");
+  const int sides = fused ? 3 : 2;
+  for (int s = 0; s < sides; ++s) {
+    std::printf("  %10s %11s %11s %6s", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+  }
+  std::printf(fused ? "  %11s %9s\n" : "  %9s\n", fused ? "hvd/unfused" : "hvd/MPI", "hvd/fused");
+
+  double hvd_busbw = 0, mpi_busbw = 0;
+  int64_t wrong_hvd = 0, wrong_mpi = 0;
+  for (const Row& r : rows) {
+    const double bytes = static_cast<double>(r.c.bytes) * o.tensors;
+    std::printf("  %10lld %12lld %9s %6s", static_cast<long long>(r.c.bytes),
+                static_cast<long long>(r.c.count), type_name(r.c.dtype), op_name(r.c.op));
+    print_measure(r.hvd, bytes, nranks);
+    print_measure(r.unfused, bytes, nranks);
+    if (fused) print_measure(r.fused, bytes, nranks);
+    std::printf(fused ? "  %11.3f" : "  %9.3f", ratio(r.hvd, r.unfused));
+    if (fused) std::printf(" %9.3f", ratio(r.hvd, r.fused));
+    std::printf("\n");
+    const double factor = 2.0 * (nranks - 1) / nranks / 1e9 * 1e6;
+    if (r.hvd.time_us > 0) hvd_busbw += bytes / r.hvd.time_us * factor;
+    if (r.unfused.time_us > 0) mpi_busbw += bytes / r.unfused.time_us * factor;
+    wrong_hvd += r.hvd.wrong;
+    wrong_mpi += r.unfused.wrong + r.fused.wrong;
+  }
+  const double n = rows.empty() ? 1.0 : static_cast<double>(rows.size());
+  std::printf("# wrong values: hvd %lld, MPI %lld: %s\n", static_cast<long long>(wrong_hvd),
+              static_cast<long long>(wrong_mpi), wrong_hvd + wrong_mpi == 0 ? "OK" : "FAILED");
+  std::printf("# avg bus bandwidth (GB/s): hvd %.3f, MPI %.3f\n#\n", hvd_busbw / n, mpi_busbw / n);
+  std::fflush(stdout);
+}
+
+int run(int argc, char** argv, int rank, int nranks) {
+  Options o;
+  try {
+    o = parse_options(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    if (rank == 0)
+      std::fprintf(stderr, "allreduce_bench: %s\n%s", e.what(), usage(argv[0]).c_str());
+    return 2;
+  }
+  if (o.help) {
+    if (rank == 0) std::printf("%s", usage(argv[0]).c_str());
+    return 0;
+  }
+  std::vector<Row> rows;
+  for (const Case& c : make_cases(o)) rows.push_back(Row{c, {}, {}, {}});
+
+  if (rank == 0) print_header(o, nranks);
+  print_ranks(rank, nranks);
+  if (rank == 0) {
+    std::printf("# measuring raw MPI_Allreduce ...\n");
+    std::fflush(stdout);
+  }
+  run_baselines(o, rank, nranks, rows);
+
+  hvd::init();
+  if (rank == 0) {
+    std::printf("# hvd: size %d, local_size %d, cross_size %d, %s; measuring hvd ...\n",
+                hvd::size(), hvd::local_size(), hvd::cross_size(),
+                hvd::is_homogeneous() ? "homogeneous" : "heterogeneous");
+    std::fflush(stdout);
+  }
+  run_hvd(o, rank, nranks, rows);
+  hvd::shutdown();
+
+  combine_over_ranks(rows, nranks);
+  int64_t wrong = 0;
+  for (const Row& r : rows) wrong += r.hvd.wrong + r.unfused.wrong + r.fused.wrong;
+  if (rank == 0) print_table(o, rows, nranks);
+  return wrong == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace allreduce_bench
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0, nranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  if (provided < MPI_THREAD_MULTIPLE && rank == 0) {
+    std::fprintf(
+        stderr, "allreduce_bench: warning: MPI provides thread level %d, not MPI_THREAD_MULTIPLE\n",
+        provided);
+  }
+  int status = 0;
+  try {
+    status = allreduce_bench::run(argc, argv, rank, nranks);
+  } catch (const std::exception& e) {
+    // One rank's failure must not leave the others waiting in a collective.
+    std::fprintf(stderr, "allreduce_bench: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+  MPI_Finalize();
+  return status;
+}

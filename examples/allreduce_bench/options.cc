@@ -1,0 +1,182 @@
+#include "options.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <stdexcept>
+
+namespace allreduce_bench {
+namespace {
+
+using hvd::DataType;
+using hvd::ReduceOp;
+
+constexpr DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
+                                  DataType::kInt64,   DataType::kInt8,    DataType::kUInt8,
+                                  DataType::kFloat16, DataType::kBFloat16};
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin, ReduceOp::kMax,
+                                ReduceOp::kAverage};
+
+std::vector<DataType> parse_types(const std::string& flag, const std::string& v) {
+  if (v == "all") return {std::begin(kAllTypes), std::end(kAllTypes)};
+  if (v == "float32") return {DataType::kFloat32};
+  if (v == "float64") return {DataType::kFloat64};
+  if (v == "float16") return {DataType::kFloat16};
+  for (DataType t : kAllTypes) {
+    if (v == type_name(t)) return {t};
+  }
+  throw std::invalid_argument(flag + " '" + v +
+                              "' is not a datatype: use float, double, int32, int64, int8, uint8, "
+                              "half, bfloat16 or all");
+}
+
+std::vector<ReduceOp> parse_ops(const std::string& flag, const std::string& v) {
+  if (v == "all") return {std::begin(kAllOps), std::end(kAllOps)};
+  for (ReduceOp op : kAllOps) {
+    if (v == op_name(op)) return {op};
+  }
+  throw std::invalid_argument(flag + " '" + v +
+                              "' is not a reduce op: use sum, prod, min, max, avg or all");
+}
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t min, int64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < min || x > max) {
+    throw std::invalid_argument(flag + " needs an integer in [" + std::to_string(min) + ", " +
+                                std::to_string(max) + "], got '" + v + "'");
+  }
+  return x;
+}
+
+}  // namespace
+
+int64_t parse_size(const std::string& flag, const std::string& text) {
+  std::string digits = text;
+  int shift = 0;
+  if (!digits.empty()) {
+    switch (std::toupper(static_cast<unsigned char>(digits.back()))) {
+      case 'K': shift = 10; break;
+      case 'M': shift = 20; break;
+      case 'G': shift = 30; break;
+      default: break;
+    }
+    if (shift != 0) digits.pop_back();
+  }
+  const int64_t n = parse_int(flag, digits, 0, std::numeric_limits<int64_t>::max() >> 31);
+  if (digits.empty()) {
+    throw std::invalid_argument(flag + " needs a size such as 1024, 4K, 64M or 1G, got '" + text +
+                                "'");
+  }
+  return n << shift;
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    if (flag == "-h" || flag == "--help") {
+      o.help = true;
+      return o;
+    }
+    if (flag == "--inject-wrong") {
+      o.inject_wrong = true;
+      continue;
+    }
+    if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      throw std::invalid_argument(flag + " needs a value (see --help)");
+    }
+    if (flag == "-b" || flag == "--minbytes") {
+      o.min_bytes = parse_size(flag, value);
+    } else if (flag == "-e" || flag == "--maxbytes") {
+      o.max_bytes = parse_size(flag, value);
+    } else if (flag == "-f" || flag == "--stepfactor") {
+      o.step_factor = parse_int(flag, value, 2, 1 << 20);
+    } else if (flag == "-d" || flag == "--datatype") {
+      o.dtypes = parse_types(flag, value);
+    } else if (flag == "-o" || flag == "--op") {
+      o.ops = parse_ops(flag, value);
+    } else if (flag == "-n" || flag == "--iters") {
+      o.iters = static_cast<int>(parse_int(flag, value, 1, 1 << 30));
+    } else if (flag == "-w" || flag == "--warmup_iters") {
+      o.warmup = static_cast<int>(parse_int(flag, value, 0, 1 << 30));
+    } else if (flag == "--tensors") {
+      o.tensors = static_cast<int>(parse_int(flag, value, 1, 1 << 20));
+    } else {
+      throw std::invalid_argument("unknown flag '" + flag + "' (see --help)");
+    }
+  }
+  if (o.min_bytes > o.max_bytes) {
+    throw std::invalid_argument("-b/--minbytes " + std::to_string(o.min_bytes) +
+                                " is larger than -e/--maxbytes " + std::to_string(o.max_bytes));
+  }
+  return o;
+}
+
+std::string usage(const char* program) {
+  return std::string("usage: mpirun -np N ") + program +
+         " [-b minbytes] [-e maxbytes] [-f stepfactor] [-d datatype] [-o op]\n"
+         "          [-n iters] [-w warmup_iters] [--tensors K] [--inject-wrong]\n"
+         "  -b, --minbytes SIZE      smallest message per tensor (default 32M; K/M/G suffixes)\n"
+         "  -e, --maxbytes SIZE      largest message per tensor (default 32M)\n"
+         "  -f, --stepfactor N       multiply the size by N between rows (default 2)\n"
+         "  -d, --datatype T         float double int32 int64 int8 uint8 half bfloat16 all\n"
+         "                           (default float)\n"
+         "  -o, --op OP              sum prod min max avg all (default sum)\n"
+         "  -n, --iters N            timed iterations per row (default 20)\n"
+         "  -w, --warmup_iters N     untimed iterations before them (default 5)\n"
+         "      --tensors K          K tensors of the size per iteration, submitted with\n"
+         "                           allreduce_async and then waited on (default 1)\n"
+         "      --inject-wrong       corrupt one value of hvd's result on rank 0: the run must\n"
+         "                           then report #wrong > 0 and exit 1 (tests the checker)\n"
+         "Exit status: 0 all values right, 1 some value wrong, 2 bad usage, 3 hvd or MPI error.\n";
+}
+
+std::vector<int64_t> sweep_sizes(const Options& o) {
+  std::vector<int64_t> sizes;
+  for (int64_t s = o.min_bytes; s <= o.max_bytes;) {
+    sizes.push_back(s);
+    if (s == 0) {
+      s = 1;
+    } else if (s > o.max_bytes / o.step_factor) {
+      break;
+    } else {
+      s *= o.step_factor;
+    }
+  }
+  return sizes;
+}
+
+const char* type_name(DataType dtype) {
+  switch (dtype) {
+    case DataType::kFloat32: return "float";
+    case DataType::kFloat64: return "double";
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+    case DataType::kInt8: return "int8";
+    case DataType::kUInt8: return "uint8";
+    case DataType::kFloat16: return "half";
+    case DataType::kBFloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+const char* op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kProduct: return "prod";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kAverage: return "avg";
+  }
+  return "?";
+}
+
+}  // namespace allreduce_bench

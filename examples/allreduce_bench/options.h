@@ -1,0 +1,48 @@
+#pragma once
+
+// Command-line options of allreduce_bench, in the manner of nccl-tests:
+//   -b/--minbytes SIZE  -e/--maxbytes SIZE  -f/--stepfactor N   sizes min, min*N, ... up to max
+//   -d/--datatype T     float double int32 int64 int8 uint8 half bfloat16, or all
+//   -o/--op OP          sum prod min max avg, or all
+//   -n/--iters N        timed iterations per size      -w/--warmup_iters N   untimed ones before
+//   --tensors K         K tensors of the size per iteration (async, then waited on)
+//   --inject-wrong      corrupt one value of hvd's result on rank 0 (tests the checker)
+// SIZE is a byte count with an optional K, M or G suffix (powers of 1024).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <hvd/tensor.h>
+
+namespace allreduce_bench {
+
+struct Options {
+  int64_t min_bytes = 32ll << 20;
+  int64_t max_bytes = 32ll << 20;
+  int64_t step_factor = 2;
+  std::vector<hvd::DataType> dtypes{hvd::DataType::kFloat32};
+  std::vector<hvd::ReduceOp> ops{hvd::ReduceOp::kSum};
+  int iters = 20;
+  int warmup = 5;
+  int tensors = 1;
+  bool inject_wrong = false;
+  bool help = false;  // --help was given: print usage() and exit 0
+};
+
+// Parses argv. Throws std::invalid_argument naming the flag, the value and what is accepted.
+Options parse_options(int argc, char** argv);
+std::string usage(const char* program);
+
+// "64M" -> 67108864. Throws std::invalid_argument on anything but digits and one K/M/G suffix.
+int64_t parse_size(const std::string& flag, const std::string& text);
+
+// The message sizes of the sweep: min, min*f, min*f^2, ... while <= max (0 is followed by 1).
+std::vector<int64_t> sweep_sizes(const Options& o);
+
+// nccl-tests spellings: "float", "double", "int32", "int64", "int8", "uint8", "half", "bfloat16".
+const char* type_name(hvd::DataType dtype);
+// "sum", "prod", "min", "max", "avg".
+const char* op_name(hvd::ReduceOp op);
+
+}  // namespace allreduce_bench

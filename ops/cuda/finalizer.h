@@ -1,0 +1,67 @@
+#pragma once
+
+// Completes GPU batches without blocking the background thread. A GPU op enqueues its work on the
+// CUDA context's stream, records a completion event and hands it over with set_pending(); the
+// runtime, right after OperationManager::execute() returned, attaches what must happen when the
+// work is done with finish(). A finalizer thread polls the events in FIFO order (cudaEventQuery,
+// then a short sleep when nothing is ready) and runs each callback on that thread, with "" or the
+// CUDA error that the event reported. Events go back to the context's pool.
+//
+// Why FIFO polling is enough: every GPU op runs on the one hvd stream per device, so batches
+// finish in the order they were queued; the head of the queue is always the next to complete.
+//
+// Threading: set_pending() and finish() are called by the background thread only; callbacks run
+// on the finalizer thread and must be thread-safe with respect to the background thread (handle
+// completion is). The destructor waits for every pending event and runs its callback, so it must
+// run after the background thread stopped and before the CudaContext is destroyed.
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "ops/cuda/cuda_context.h"
+
+namespace hvd::ops::cuda {
+
+class Finalizer {
+ public:
+  using Callback = std::function<void(const std::string& error)>;
+
+  explicit Finalizer(CudaContext& ctx);
+  ~Finalizer();
+  Finalizer(const Finalizer&) = delete;
+  Finalizer& operator=(const Finalizer&) = delete;
+
+  // GPU op, at the end of a successful execute(): the batch's work completes when `event` (from
+  // ctx.events(), recorded on ctx.stream()) fires. The finalizer owns the event from here on.
+  void set_pending(cudaEvent_t event);
+  // Runtime, after OperationManager::execute() returned: runs `done` on the finalizer thread once
+  // the pending event fired, or here and now when no op set one (a CPU op, or a GPU op that
+  // completed synchronously). Each pending event is consumed by exactly one finish().
+  void finish(Callback done);
+  // Runtime, when execute() threw: drops a pending event (returned to the pool when it fires).
+  void discard_pending();
+
+  // Batches handed over and not yet completed.
+  std::size_t in_flight() const;
+
+ private:
+  struct Item {
+    cudaEvent_t event;
+    Callback done;
+  };
+  void run();
+
+  CudaContext& ctx_;
+  cudaEvent_t pending_ = nullptr;  // background thread only
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> items_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace hvd::ops::cuda

@@ -1,0 +1,72 @@
+#pragma once
+
+// The hierarchical all-reduce (HVD_HIERARCHICAL_ALLREDUCE=1): for a job of several nodes with the
+// same number of ranks on each, a reduce-scatter inside the node leaves each local rank with the
+// node's sum of one shard; an all-reduce of that shard across nodes, among the ranks of the same
+// local rank (the cross communicator), makes it the global sum; an all-gather inside the node
+// gives every rank the whole result. Only 1/local_size of the data crosses the (slow) network
+// from each rank, and the in-node steps use the fast links.
+//
+// Why it is correct: the shards partition the buffer (ops/hierarchical/shards.h), every node cuts
+// it the same way (same count, same local_size: homogeneous), so local rank j on every node holds
+// the node sum of the same shard j, and summing those across nodes sums over every rank.
+//
+// The op decides at construction whether it applies (plan(): several nodes, several ranks per
+// node, homogeneous) and logs the decision once on rank 0; when it does not apply, enabled() is
+// false and the operation manager falls through to the flat all-reduce registered after it.
+// Two implementations: MPI for CPU tensors (always built), NCCL for CUDA tensors (with NCCL).
+
+#include "hvd/config.h"
+#include "ops/collective_op.h"
+#include "ops/fusion_buffer.h"
+#include "ops/hierarchical/shards.h"
+#include "ops/mpi/mpi_context.h"
+
+#if HVD_HAVE_NCCL
+#include "ops/nccl/nccl_ops.h"
+#endif
+
+namespace hvd::ops::hierarchical {
+
+// The plan for this process's topology (logs nothing).
+HierarchicalPlan plan(const mpi::MpiTopology& topology);
+
+class MpiHierarchicalAllreduce : public CollectiveOp {
+ public:
+  // Logs the plan's reason on rank 0 (info when on, warning when the request is ignored).
+  MpiHierarchicalAllreduce(const mpi::MpiContext& ctx, FusionBuffer& buffer);
+  const char* name() const override { return "mpi_hierarchical_allreduce"; }
+  CollectiveType type() const override { return CollectiveType::kAllreduce; }
+  bool enabled(const OpBatch& batch) const override {
+    return plan_.use && batch.device.kind == Device::kCPU;
+  }
+  void execute(OpBatch& batch) override;
+
+ private:
+  // The three steps on `count` contiguous elements from `send` into `recv` (may be the same).
+  void reduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
+
+  const mpi::MpiContext& ctx_;
+  FusionBuffer& buffer_;
+  FusionBuffer shard_;  // this rank's shard between the in-node and cross-node steps
+  HierarchicalPlan plan_;
+};
+
+#if HVD_HAVE_NCCL
+// Readiness, completion and device checks as every NCCL op (ops/nccl/nccl_ops.h).
+class NcclHierarchicalAllreduce : public nccl::NcclOp {
+ public:
+  NcclHierarchicalAllreduce(nccl::NcclContext& ctx, cuda::Finalizer& finalizer);
+  const char* name() const override { return "nccl_hierarchical_allreduce"; }
+  CollectiveType type() const override { return CollectiveType::kAllreduce; }
+  bool enabled(const OpBatch& batch) const override {
+    return plan_.use && batch.device.kind == Device::kCUDA;
+  }
+  void execute(OpBatch& batch) override;
+
+ private:
+  HierarchicalPlan plan_;
+};
+#endif
+
+}  // namespace hvd::ops::hierarchical

@@ -1,0 +1,66 @@
+#pragma once
+
+// What the NCCL backend needs: NCCL_CHECK, the dtype and reduce-op mappings, and the
+// communicators: world, local (ranks of this node) and cross (ranks of the same local rank on
+// every node), each created from a ncclUniqueId that rank 0 of the matching MPI communicator
+// (ops/mpi/mpi_context.h) makes and MPI_Bcast delivers.
+//
+// Communicators are created on first use, on the background thread: creating one is collective,
+// and it is safe lazily because every rank executes the same batches in the same order, so every
+// rank reaches the first GPU batch (or the first hierarchical one) together. A job that never
+// passes a GPU tensor never initialises NCCL.
+//
+// Threading: background thread only. Shutdown: the destructor drains hvd's stream and destroys the
+// communicators; it must run before the CudaContext is destroyed (MPI is no longer needed).
+
+#include <nccl.h>
+
+#include <string>
+
+#include "hvd/tensor.h"
+#include "ops/cuda/cuda_context.h"
+#include "ops/mpi/mpi_context.h"
+
+namespace hvd::ops::nccl {
+
+// Throws CommunicationError naming the call, the rank, NCCL's error string and last error
+// message, the NCCL version, and the file and line.
+[[noreturn]] void throw_nccl_error(const char* call, ncclResult_t rc, const char* file, int line);
+
+#define NCCL_CHECK(call)                                                          \
+  do {                                                                            \
+    ncclResult_t hvd_nccl_rc_ = (call);                                           \
+    if (hvd_nccl_rc_ != ncclSuccess)                                              \
+      ::hvd::ops::nccl::throw_nccl_error(#call, hvd_nccl_rc_, __FILE__, __LINE__); \
+  } while (0)
+
+// "NCCL 2.28.3".
+std::string nccl_version_string();
+
+ncclDataType_t nccl_type(DataType dtype);
+// kAverage maps to ncclSum: the ops divide with the scale kernel (see ops/nccl/allreduce.cc).
+ncclRedOp_t nccl_op(ReduceOp op);
+
+class NcclContext {
+ public:
+  NcclContext(const mpi::MpiContext& mpi, cuda::CudaContext& cuda) : mpi_(mpi), cuda_(cuda) {}
+  ~NcclContext();
+  NcclContext(const NcclContext&) = delete;
+  NcclContext& operator=(const NcclContext&) = delete;
+
+  ncclComm_t world() { return get(world_, mpi_.world(), "world"); }
+  ncclComm_t local() { return get(local_, mpi_.local(), "local"); }
+  ncclComm_t cross() { return get(cross_, mpi_.cross(), "cross"); }
+
+  const mpi::MpiContext& mpi() const { return mpi_; }
+  cuda::CudaContext& cuda() { return cuda_; }
+
+ private:
+  ncclComm_t get(ncclComm_t& slot, MPI_Comm comm, const char* what);
+
+  const mpi::MpiContext& mpi_;
+  cuda::CudaContext& cuda_;
+  ncclComm_t world_ = nullptr, local_ = nullptr, cross_ = nullptr;
+};
+
+}  // namespace hvd::ops::nccl

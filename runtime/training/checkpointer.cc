@@ -1,0 +1,256 @@
+// Checkpointer: the collective protocol around the rank-0 file I/O of checkpoint_io.h.
+//
+// Why it cannot hang: every rank runs the same fixed sequence of collectives whatever happens on
+// rank 0, and rank 0 reports the outcome of its I/O in that sequence instead of throwing out of it.
+//   save:    rank 0 writes, fsyncs, renames, prunes       | broadcast status {code, 0, len}
+//                                                          | broadcast message (when len > 0)
+//   restore: allreduce-max {bad rank + 1, sig, -sig}: every rank's tensors are valid and all ranks
+//            passed the same names/dtypes/shapes (sig = hash of them; max(sig) == -max(-sig) iff
+//            all equal), checked before anything that could hang on a mismatch
+//            rank 0 lists, verifies, loads                 | broadcast status {code, step, len}
+//                                                          | broadcast payload: metadata or message
+//                                                          | broadcast of each tensor (when found)
+// A status other than kOk is thrown on every rank as the same exception type with the same text.
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <utility>
+
+#include "hvd/checkpoint.h"
+#include "hvd/collectives.h"
+#include "hvd/error.h"
+#include "hvd/hvd.h"
+#include "runtime/training/checkpoint_io.h"
+#include "runtime/training/safetensors.h"
+
+namespace hvd {
+
+namespace {
+
+using training::TensorBytes;
+
+enum StatusCode : int64_t { kOk = 0, kNone = 1, kError = 2, kInvalidArgument = 3 };
+
+struct Status {
+  int64_t code = kOk;
+  int64_t step = 0;
+  std::string payload;  // the error message, or the encoded metadata of a restored checkpoint
+};
+
+const char* const kReservedKeys[] = {"step", "format", training::kChecksumKey, training::kChecksumAlgorithmKey};
+
+// Broadcasts rank 0's status; returns it on every rank.
+Status broadcast_status(const Status& mine, const std::string& op) {
+  std::vector<int64_t> head = {mine.code, mine.step, static_cast<int64_t>(mine.payload.size())};
+  broadcast(head, 0, "hvd.checkpoint." + op + ".status");
+  Status out{head[0], head[1], {}};
+  if (head[2] > 0) {
+    std::vector<uint8_t> bytes(mine.payload.begin(), mine.payload.end());
+    bytes.resize(static_cast<std::size_t>(head[2]));
+    broadcast(bytes, 0, "hvd.checkpoint." + op + ".payload");
+    out.payload.assign(bytes.begin(), bytes.end());
+  }
+  return out;
+}
+
+[[noreturn]] void throw_status(const Status& s) {
+  if (s.code == kInvalidArgument) throw InvalidArgumentError(s.payload);
+  throw Error(s.payload);
+}
+
+// Runs f() on rank 0, turning its exceptions into a status whose message starts with `what`.
+template <class F>
+Status run_on_root(const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const InvalidArgumentError& e) {
+    return {kInvalidArgument, 0, what + " failed on rank 0: " + e.what()};
+  } catch (const std::exception& e) {
+    return {kError, 0, what + " failed on rank 0: " + e.what()};
+  }
+}
+
+std::vector<TensorBytes> to_bytes(const std::vector<NamedTensor>& tensors, const std::string& what) {
+  std::vector<TensorBytes> out;
+  out.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    if (t.tensor.device().kind != Device::kCPU)
+      throw InvalidArgumentError(what + ": tensor '" + t.name + "' is on " + device_name(t.tensor.device()) +
+                                 "; checkpoints take CPU tensors, copy it to host memory first");
+    out.push_back({t.name, t.tensor.dtype(), t.tensor.shape(), t.tensor.data()});
+  }
+  training::plan_layout(out);  // validates names, shapes and data pointers
+  return out;
+}
+
+// The metadata map as bytes: for each entry, key length, key, value length, value (lengths as
+// 8-byte little-endian).
+std::string encode_metadata(const std::map<std::string, std::string>& m) {
+  std::string out;
+  auto put = [&out](const std::string& s) {
+    uint64_t n = s.size();
+    out.append(reinterpret_cast<const char*>(&n), 8);
+    out += s;
+  };
+  for (const auto& [k, v] : m) {
+    put(k);
+    put(v);
+  }
+  return out;
+}
+
+std::map<std::string, std::string> decode_metadata(const std::string& bytes) {
+  std::map<std::string, std::string> out;
+  std::size_t pos = 0;
+  auto get = [&](std::string& s) {
+    uint64_t n;
+    if (bytes.size() - pos < 8) throw InternalError("Checkpointer: malformed metadata broadcast from rank 0");
+    std::memcpy(&n, bytes.data() + pos, 8);
+    pos += 8;
+    if (bytes.size() - pos < n) throw InternalError("Checkpointer: malformed metadata broadcast from rank 0");
+    s.assign(bytes.data() + pos, n);
+    pos += n;
+  };
+  while (pos < bytes.size()) {
+    std::string k, v;
+    get(k);
+    get(v);
+    out.emplace(std::move(k), std::move(v));
+  }
+  return out;
+}
+
+// A 62-bit hash of the tensor list (sorted by name), so that max(sig) and max(-sig) never overflow.
+int64_t signature(const std::vector<NamedTensor>& tensors) {
+  std::vector<std::string> lines;
+  for (const auto& t : tensors) {
+    std::string l = t.name + '\0' + std::to_string(static_cast<int>(t.tensor.dtype())) + '\0';
+    for (int64_t d : t.tensor.shape()) l += std::to_string(d) + ',';
+    lines.push_back(std::move(l) + '\n');
+  }
+  std::sort(lines.begin(), lines.end());
+  training::Xxh64 h;
+  for (const auto& l : lines) h.update(l.data(), l.size());
+  return static_cast<int64_t>(h.digest() & ((uint64_t{1} << 62) - 1));
+}
+
+void warn(const std::string& text) { std::fprintf(stderr, "hvd: warning: %s\n", text.c_str()); }
+
+}  // namespace
+
+Checkpointer::Checkpointer(std::string dir, int keep_last) : dir_(std::move(dir)), keep_last_(keep_last) {
+  if (dir_.empty()) throw InvalidArgumentError("Checkpointer: the directory is empty; pass the directory to write to");
+  if (keep_last_ < 0)
+    throw InvalidArgumentError("Checkpointer: keep_last is " + std::to_string(keep_last_) +
+                               "; pass a positive count of checkpoints to keep, or 0 to keep all");
+}
+
+std::string Checkpointer::path_for(int64_t step) const {
+  return (dir_.back() == '/' ? dir_ : dir_ + "/") + training::checkpoint_file_name(step);
+}
+
+void Checkpointer::save(int64_t step, const std::vector<NamedTensor>& tensors,
+                        const std::map<std::string, std::string>& metadata) {
+  const std::string what = "Checkpointer::save(step " + std::to_string(step) + ") to '" + dir_ + "'";
+  Status mine;
+  if (rank() == 0) {
+    mine = run_on_root(what, [&]() -> Status {
+      if (step < 0) throw InvalidArgumentError("the step is negative; pass a step >= 0");
+      for (const char* key : kReservedKeys)
+        if (metadata.count(key))
+          throw InvalidArgumentError(std::string("metadata key '") + key +
+                                     "' is reserved (hvd writes step, format, checksum, checksum_algorithm); "
+                                     "rename it");
+      auto bytes = to_bytes(tensors, "save");
+      auto md = metadata;
+      md["step"] = std::to_string(step);
+      md["format"] = "hvd";
+      training::write_checkpoint_file(dir_, step, bytes, std::move(md));
+      for (const auto& w : training::prune_checkpoints(dir_, keep_last_, step)) warn(what + ": " + w);
+      return {};
+    });
+  }
+  Status s = broadcast_status(mine, "save");
+  if (s.code != kOk) throw_status(s);
+}
+
+std::optional<int64_t> Checkpointer::restore_latest(const std::vector<NamedTensor>& tensors) {
+  const std::string what = "Checkpointer::restore_latest from '" + dir_ + "'";
+  const int me = rank();
+
+  // 1. Every rank's tensors are valid and all ranks agree on them.
+  std::string local_error;
+  std::vector<TensorBytes> targets;
+  try {
+    targets = to_bytes(tensors, "restore_latest");
+  } catch (const Error& e) {
+    local_error = e.what();
+  }
+  const int64_t sig = signature(tensors);
+  std::vector<int64_t> check = {local_error.empty() ? 0 : me + 1, sig, -sig};
+  allreduce(check, "hvd.checkpoint.restore.check", ReduceOp::kMax);
+  if (!local_error.empty()) throw InvalidArgumentError(what + " on rank " + std::to_string(me) + ": " + local_error);
+  if (check[0] != 0)
+    throw InvalidArgumentError(what + ": rank " + std::to_string(check[0] - 1) +
+                               " passed invalid tensors (its own error says which)");
+  if (check[1] != -check[2])
+    throw InvalidArgumentError(what + ": ranks passed different tensor lists (names, dtypes or shapes differ); "
+                               "pass the same tensors on every rank");
+
+  // 2. Rank 0 finds the newest good checkpoint and loads it.
+  Status mine;
+  if (me == 0) {
+    mine = run_on_root(what, [&]() -> Status {
+      for (const auto& file : training::list_checkpoints(dir_)) {
+        training::SafetensorsHeader header;
+        try {
+          header = training::read_verified_header(file.path);
+          auto step = header.metadata.find("step");
+          auto format = header.metadata.find("format");
+          if (format == header.metadata.end() || format->second != "hvd")
+            throw Error("__metadata__ has no \"format\": \"hvd\"");
+          if (step == header.metadata.end() || step->second != std::to_string(file.step))
+            throw Error("__metadata__ step " +
+                        (step == header.metadata.end() ? std::string("is missing") : "'" + step->second + "'") +
+                        " does not match the file name's step " + std::to_string(file.step));
+        } catch (const Error& e) {
+          warn(what + ": skipping '" + file.path + "': " + e.what() + "; trying an older checkpoint");
+          continue;
+        }
+        training::load_tensors(file.path, header, targets);  // a mismatch throws InvalidArgumentError
+        return {kOk, file.step, encode_metadata(header.metadata)};
+      }
+      return {kNone, 0, {}};
+    });
+  }
+  Status s = broadcast_status(mine, "restore");
+  if (s.code == kNone) {
+    last_metadata_.clear();
+    return std::nullopt;
+  }
+  if (s.code != kOk) throw_status(s);
+
+  // 3. Everyone gets rank 0's tensors.
+  std::vector<Handle> handles;
+  for (const auto& t : tensors) {
+    const auto& shape = t.tensor.shape();
+    if (std::find(shape.begin(), shape.end(), 0) != shape.end()) continue;  // no elements: nothing to send
+    handles.push_back(broadcast_async(t.tensor, 0, "hvd.checkpoint.restore/" + t.name));
+  }
+  std::exception_ptr first;
+  for (auto& h : handles) {
+    try {
+      h.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+  last_metadata_ = decode_metadata(s.payload);
+  return s.step;
+}
+
+}  // namespace hvd

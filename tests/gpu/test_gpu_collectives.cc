@@ -1,0 +1,244 @@
+// Every collective on CUDA tensors x float32/float16/bfloat16/int32 x sizes 0, 1, 7, 1000003,
+// through the public API. ctest runs it with 1 rank on NCCL and with 2 ranks sharing one GPU with
+// HVD_GPU_OPERATIONS=MPI (host staging). Each rank computes its own expected values.
+// Also: a tensor produced by a slow kernel on the user's stream is reduced only after that kernel
+// (fails if the NCCL stream does not wait for the user's stream).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hvd/hvd.h"
+#include "tests/mpi/test_collectives_util.h"
+
+cudaError_t launch_slow_fill(float* data, int64_t n, float value, double ms, cudaStream_t stream);
+
+namespace hvdtest {
+namespace {
+
+const std::vector<DataType>& gpu_dtypes() {
+  static const std::vector<DataType> v = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
+                                          DataType::kInt32};
+  return v;
+}
+
+int my_device() {
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  return hvd::local_rank() % n;
+}
+
+// A device copy of a host Buffer.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(const Buffer& host) : host_(host) {
+    bytes_ = static_cast<size_t>(host.size()) * elem_size(host.dtype());
+    cudaMalloc(&data_, bytes_ + 8);
+    cudaMemcpy(data_, host.data(), bytes_, cudaMemcpyHostToDevice);
+  }
+  ~DeviceBuffer() { cudaFree(data_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  hvd::TensorRef ref(std::vector<int64_t> shape, void* stream = nullptr) {
+    return hvd::TensorRef(data_, host_.dtype(), std::move(shape), hvd::Device::cuda(my_device()), stream);
+  }
+  // The device contents, as a host Buffer.
+  Buffer fetch() const {
+    Buffer b(host_.dtype(), host_.size());
+    cudaMemcpy(b.data(), data_, bytes_, cudaMemcpyDeviceToHost);
+    return b;
+  }
+
+ private:
+  Buffer host_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+std::string tag(const char* what, DataType t, int64_t n) {
+  return std::string("gpu.") + what + "." + type_str(t) + "." + std::to_string(n);
+}
+
+class GpuCollectives : public HvdTest {
+ protected:
+  void SetUp() override {
+    HvdTest::SetUp();
+    cudaSetDevice(my_device());
+  }
+};
+
+TEST_F(GpuCollectives, AllreduceEveryOpDtypeAndSize) {
+  for (ReduceOp op : all_ops()) {
+    for (DataType t : gpu_dtypes()) {
+      for (int64_t n : all_sizes()) {
+        const std::string name = tag("allreduce", t, n) + "." + op_str(op);
+        Buffer in(t, n);
+        in.fill([&](int64_t i) { return reduce_contrib(op, t, rank_, size_, i); });
+        DeviceBuffer d(in);
+        Watchdog w(name);
+        hvd::Handle h = enqueue([&] { return hvd::allreduce_async(d.ref({n}), d.ref({n}), name, op); }, name);
+        if (!wait_ok(h, name)) continue;
+        const double tol = (op == ReduceOp::kAverage && is_16bit_float(t)) ? 1e-3 : 0.0;
+        check_values(d.fetch(), [&](int64_t i) { return reduce_expected(op, t, size_, i, 1.0, 1.0); }, name, tol);
+      }
+    }
+  }
+}
+
+TEST_F(GpuCollectives, FusedGroupedAllreduceWithScaling) {
+  // Many tensors of odd sizes in one group: the device fusion buffer and the batched copy kernel.
+  for (DataType t : gpu_dtypes()) {
+    std::vector<Buffer> host;
+    std::vector<std::unique_ptr<DeviceBuffer>> dev;
+    std::vector<hvd::TensorRef> refs;
+    for (int k = 0; k < 37; ++k) {
+      const int64_t n = (k * 13) % 29 + (k % 4 == 0 ? 0 : 1);
+      host.emplace_back(t, n);
+      host.back().fill([&](int64_t i) { return reduce_contrib(ReduceOp::kSum, t, rank_, size_, i + k); });
+      dev.push_back(std::make_unique<DeviceBuffer>(host.back()));
+      refs.push_back(dev.back()->ref({n}));
+    }
+    const std::string name = tag("grouped", t, 37);
+    Watchdog w(name);
+    hvd::Handle h = enqueue([&] { return hvd::grouped_allreduce_async(refs, refs, name, ReduceOp::kSum); }, name);
+    if (!wait_ok(h, name)) continue;
+    for (int k = 0; k < 37; ++k)
+      check_values(dev[k]->fetch(),
+                   [&](int64_t i) { return reduce_expected(ReduceOp::kSum, t, size_, i + k, 1.0, 1.0); },
+                   name + "[" + std::to_string(k) + "]");
+  }
+  // Prescale and postscale on one tensor (exact in every dtype: x2 then x0.5).
+  for (DataType t : gpu_dtypes()) {
+    Buffer in(t, 7);
+    in.fill([&](int64_t i) { return reduce_contrib(ReduceOp::kSum, t, rank_, size_, i); });
+    DeviceBuffer d(in);
+    const std::string name = tag("scaled", t, 7);
+    Watchdog w(name);
+    hvd::Handle h = enqueue(
+        [&] { return hvd::allreduce_async(d.ref({7}), d.ref({7}), name, ReduceOp::kSum, 2.0, 0.5); }, name);
+    if (!wait_ok(h, name)) continue;
+    check_values(d.fetch(), [&](int64_t i) { return reduce_expected(ReduceOp::kSum, t, size_, i, 2.0, 0.5); }, name);
+  }
+}
+
+TEST_F(GpuCollectives, BroadcastFromEveryRoot) {
+  for (DataType t : gpu_dtypes()) {
+    for (int64_t n : all_sizes()) {
+      for (int root = 0; root < size_; ++root) {
+        const std::string name = tag("broadcast", t, n) + ".root" + std::to_string(root);
+        Buffer b(t, n);
+        b.fill([&](int64_t i) { return rank_ == root ? static_cast<double>(i % 7 + root + 1) : 0.0; });
+        DeviceBuffer d(b);
+        Watchdog w(name);
+        hvd::Handle h = enqueue([&] { return hvd::broadcast_async(d.ref({n}), root, name); }, name);
+        if (!wait_ok(h, name)) continue;
+        check_values(d.fetch(), [&](int64_t i) { return static_cast<double>(i % 7 + root + 1); }, name);
+      }
+    }
+  }
+}
+
+TEST_F(GpuCollectives, AllgatherWithDifferentFirstDimensions) {
+  for (DataType t : gpu_dtypes()) {
+    for (int64_t n : all_sizes()) {
+      const std::string name = tag("allgather", t, n);
+      // Rank r sends n + r rows (n == 0: only ranks > 0 send), values (i % 7) + r.
+      const int64_t mine = n + rank_;
+      Buffer in(t, mine);
+      in.fill([&](int64_t i) { return static_cast<double>(i % 7 + rank_); });
+      DeviceBuffer d(in);
+      Watchdog w(name);
+      hvd::Handle h = enqueue([&] { return hvd::allgather_async(d.ref({mine}), name); }, name);
+      if (!wait_ok(h, name)) continue;
+      std::vector<double> want;
+      for (int r = 0; r < size_; ++r)
+        for (int64_t i = 0; i < n + r; ++i) want.push_back(static_cast<double>(i % 7 + r));
+      hvd::Tensor& out = h.output();
+      ASSERT_EQ(out.num_elements(), static_cast<int64_t>(want.size())) << name;
+      check_values(t, out.data(), out.num_elements(), [&](int64_t i) { return want[static_cast<size_t>(i)]; }, name);
+    }
+  }
+}
+
+TEST_F(GpuCollectives, AlltoallUnevenSplits) {
+  for (DataType t : gpu_dtypes()) {
+    for (int64_t n : all_sizes()) {
+      const std::string name = tag("alltoall", t, n);
+      // Every rank sends n rows, the first n % size destinations one row more.
+      std::vector<int64_t> splits, offsets;
+      int64_t off = 0;
+      for (int q = 0; q < size_; ++q) {
+        splits.push_back(n / size_ + (q < n % size_ ? 1 : 0));
+        offsets.push_back(off);
+        off += splits.back();
+      }
+      Buffer in(t, n);
+      in.fill([&](int64_t i) { return static_cast<double>(i % 5 + rank_); });
+      DeviceBuffer d(in);
+      Watchdog w(name);
+      hvd::Handle h = enqueue([&] { return hvd::alltoall_async(d.ref({n}), splits, name); }, name);
+      if (!wait_ok(h, name)) continue;
+      std::vector<double> want;
+      for (int q = 0; q < size_; ++q)
+        for (int64_t j = 0; j < splits[rank_]; ++j) want.push_back(static_cast<double>((offsets[rank_] + j) % 5 + q));
+      hvd::Tensor& out = h.output();
+      ASSERT_EQ(out.num_elements(), static_cast<int64_t>(want.size())) << name;
+      check_values(t, out.data(), out.num_elements(), [&](int64_t i) { return want[static_cast<size_t>(i)]; }, name);
+    }
+  }
+}
+
+TEST_F(GpuCollectives, ReducescatterUnevenBlocks) {
+  for (DataType t : gpu_dtypes()) {
+    for (int64_t n : all_sizes()) {
+      const std::string name = tag("reducescatter", t, n);
+      Buffer in(t, n);
+      in.fill([&](int64_t i) { return static_cast<double>(i % 5 + rank_); });
+      DeviceBuffer d(in);
+      Watchdog w(name);
+      hvd::Handle h = enqueue([&] { return hvd::reducescatter_async(d.ref({n}), name, ReduceOp::kSum); }, name);
+      if (!wait_ok(h, name)) continue;
+      int64_t off = 0;
+      for (int r = 0; r < rank_; ++r) off += n / size_ + (r < n % size_ ? 1 : 0);
+      const int64_t block = n / size_ + (rank_ < n % size_ ? 1 : 0);
+      hvd::Tensor& out = h.output();
+      ASSERT_EQ(out.num_elements(), block) << name;
+      check_values(t, out.data(), block,
+                   [&](int64_t j) {
+                     double s = 0;
+                     for (int r = 0; r < size_; ++r) s += static_cast<double>((off + j) % 5 + r);
+                     return s;
+                   },
+                   name);
+    }
+  }
+}
+
+TEST_F(GpuCollectives, WaitsForTheKernelThatProducesTheTensor) {
+  // The tensor holds zeros; a kernel on the user's (non-blocking) stream spins ~300 ms and then
+  // writes rank+1 everywhere. hvd must reduce the written values: without the event wait its
+  // stream would read the zeros (or a mixture) long before the kernel finishes.
+  const int64_t n = 1 << 20;
+  Buffer zeros(DataType::kFloat32, n);
+  DeviceBuffer d(zeros);
+  cudaStream_t user = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(launch_slow_fill(static_cast<float*>(d.ref({n}).data()), n, static_cast<float>(rank_ + 1), 300.0, user),
+            cudaSuccess);
+  const std::string name = "gpu.readiness";
+  {
+    Watchdog w(name);
+    hvd::Handle h = enqueue(
+        [&] { return hvd::allreduce_async(d.ref({n}, user), d.ref({n}, user), name, ReduceOp::kSum); }, name);
+    wait_ok(h, name);
+  }
+  cudaStreamSynchronize(user);
+  const double want = static_cast<double>(size_) * (size_ + 1) / 2;
+  check_values(d.fetch(), [&](int64_t) { return want; }, name);
+  cudaStreamDestroy(user);
+}
+
+}  // namespace
+}  // namespace hvdtest

@@ -1,0 +1,5 @@
+# The hierarchical all-reduce on fake nodes of 2 consecutive ranks (HVD_TEST_FAKE_LOCAL_SIZE):
+# 4 ranks = 2 x 2 (the algorithm runs), 3 ranks = 2 + 1 (not homogeneous: falls back and says so),
+# 1 and 2 ranks = one node. Included by tests/mpi/CMakeLists.txt.
+hvd_add_mpi_test(test_hierarchical test_hierarchical.cc NP 1 2 3 4 TIMEOUT 300
+  ENV HVD_TEST_FAKE_LOCAL_SIZE=2 HVD_HIERARCHICAL_ALLREDUCE=1)

@@ -1,0 +1,252 @@
+// hvdrun's command line, and the real hvdrun binary: --dry-run output, --help, --check-build,
+// a program's exit status passing through a real mpirun, and missing-program / missing-mpirun
+// errors.
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "hvd/error.h"
+#include "launcher/options.h"
+
+#ifndef HVDRUN_PATH
+#error "HVDRUN_PATH must name the hvdrun binary under test"
+#endif
+
+namespace hvd::launcher {
+namespace {
+
+using Args = std::vector<std::string>;
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgumentError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CommandLine, ProgramArgumentsAreNotParsed) {
+  CommandLine cl = parse_command_line({"-np", "4", "./train", "--epochs", "3", "-H", "x"});
+  EXPECT_EQ(cl.launch.num_proc, "4");
+  EXPECT_EQ(cl.launch.command, (Args{"./train", "--epochs", "3", "-H", "x"}));
+  EXPECT_TRUE(cl.launch.hosts.empty());
+}
+
+TEST(CommandLine, DoubleDashEndsOptions) {
+  CommandLine cl = parse_command_line({"--np=2", "--", "-weird", "--dry-run"});
+  EXPECT_EQ(cl.launch.num_proc, "2");
+  EXPECT_EQ(cl.launch.command, (Args{"-weird", "--dry-run"}));
+  EXPECT_FALSE(cl.dry_run);
+}
+
+TEST(CommandLine, HostsFlagsAndSpellings) {
+  CommandLine cl = parse_command_line({"-H", "a:2,b:2", "--dry-run", "--oversubscribe",
+                                       "--mpi-args", "-x FOO=1", "--network-interface=eth0",
+                                       "--launcher", "srun", "prog"});
+  EXPECT_EQ(cl.launch.hosts, "a:2,b:2");
+  EXPECT_TRUE(cl.dry_run);
+  EXPECT_TRUE(cl.launch.oversubscribe);
+  EXPECT_EQ(cl.launch.mpi_args, "-x FOO=1");
+  EXPECT_EQ(cl.launch.network_interface, "eth0");
+  EXPECT_EQ(cl.launch.launcher, "srun");
+  EXPECT_EQ(cl.launch.command, (Args{"prog"}));
+  EXPECT_EQ(parse_command_line({"-Hx:3", "p"}).launch.hosts, "x:3");
+  EXPECT_EQ(parse_command_line({"--hosts", "y", "p"}).launch.hosts, "y");
+  EXPECT_EQ(parse_command_line({"--num-proc", "3", "p"}).launch.num_proc, "3");
+  EXPECT_EQ(parse_command_line({"--hostfile", "h.txt", "p"}).launch.hostfile, "h.txt");
+  EXPECT_EQ(parse_command_line({"p"}).launch.launcher, "mpirun");
+}
+
+TEST(CommandLine, TuningFlagsComeFromTheRegistry) {
+  CommandLine cl = parse_command_line(
+      {"--fusion-threshold-mb", "32", "--cycle-time-ms", "2", "--cache-capacity", "0",
+       "--hierarchical-allreduce", "--timeline-filename", "/tmp/t.json",
+       "--stall-check-warning-time-seconds", "10", "--stall-check-shutdown-time-seconds", "20",
+       "--log-level", "debug", "--gpu-operations", "MPI", "--start-timeout", "60", "p"});
+  EXPECT_EQ(cl.launch.tuning, (EnvVars{{"HVD_FUSION_THRESHOLD", "32"},
+                                       {"HVD_CYCLE_TIME", "2"},
+                                       {"HVD_CACHE_CAPACITY", "0"},
+                                       {"HVD_HIERARCHICAL_ALLREDUCE", "1"},
+                                       {"HVD_GPU_OPERATIONS", "MPI"},
+                                       {"HVD_TIMELINE", "/tmp/t.json"},
+                                       {"HVD_STALL_CHECK_TIME_SECONDS", "10"},
+                                       {"HVD_STALL_SHUTDOWN_TIME_SECONDS", "20"},
+                                       {"HVD_LOG_LEVEL", "debug"},
+                                       {"HVD_START_TIMEOUT", "60"}}));
+  // A bool flag left out is not exported at all.
+  EXPECT_TRUE(parse_command_line({"p"}).launch.tuning.empty());
+}
+
+TEST(CommandLine, ErrorsNameTheOption) {
+  EXPECT_NE(error_of([] { parse_command_line({"--no-such-flag", "p"}); }).find("no-such-flag"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_command_line({"-np"}); }).find("np"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_command_line({"-np", "1", "--num-proc", "2", "p"}); })
+                .find("more than once"),
+            std::string::npos);
+}
+
+TEST(CommandLine, HelpIsGroupedAndListsEveryTuningFlag) {
+  // Descriptions wrap: compare with runs of blanks collapsed to one space.
+  std::string help;
+  for (char c : help_text()) {
+    bool blank = c == ' ' || c == '\n';
+    if (!(blank && !help.empty() && help.back() == ' ')) help += blank ? ' ' : c;
+  }
+  for (const char* s : {"Usage: hvdrun", "General arguments", "Host arguments",
+                        "Tuneable parameter arguments", "Timeline arguments",
+                        "Stall check arguments", "Logging arguments", "Launcher and MPI arguments",
+                        "-np, --num-proc N", "-H, --hosts HOST:SLOTS", "--hostfile", "--mpi-args", "--dry-run",
+                        "--check-build", "--network-interface", "--oversubscribe", "--launcher"})
+    EXPECT_NE(help.find(s), std::string::npos) << s;
+  for (const ConfigVar& v : config_registry()) {
+    if (*v.launcher_flag == '\0') continue;
+    EXPECT_NE(help.find(std::string("--") + v.launcher_flag), std::string::npos) << v.name;
+    EXPECT_NE(help.find(std::string("Sets ") + v.name), std::string::npos) << v.name;
+  }
+  EXPECT_NE(help.find("Default: 64."), std::string::npos);  // fusion threshold in MiB
+}
+
+// ---- the real binary ----------------------------------------------------------------------
+
+struct RunResult {
+  int status = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs hvdrun with `args` (no shell) and extra environment `env` (NAME=VALUE, "-NAME" unsets).
+RunResult run_hvdrun(const Args& args, const Args& env = {}) {
+  int fds[2];
+  if (::pipe(fds) != 0) return {};
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    for (const auto& kv : env) {
+      if (kv[0] == '-') ::unsetenv(kv.c_str() + 1);
+      else ::putenv(const_cast<char*>(kv.c_str()));
+    }
+    std::vector<char*> argv{const_cast<char*>(HVDRUN_PATH)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(HVDRUN_PATH, argv.data());
+    ::_exit(255);
+  }
+  ::close(fds[1]);
+  RunResult r;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) r.output.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+// Without a SLURM allocation, forwarded variables or a custom mpirun leaking in from the test
+// runner's environment.
+const Args kCleanEnv = {"-SLURM_JOB_ID", "-HVD_MPIRUN", "-NCCL_DEBUG", "-HVD_LOG_LEVEL"};
+
+TEST(HvdrunBinary, DryRunPrintsTheExactCommandOnOneLine) {
+  Args env = kCleanEnv;
+  env.push_back("NCCL_TEST_FORWARD=1");
+  RunResult r = run_hvdrun({"--dry-run", "-np", "2", "-H", "localhost:2", "--fusion-threshold-mb", "8",
+                      "--hierarchical-allreduce", "--mpi-args", "--report-bindings", "--",
+                      "/bin/sh", "-c", "exit 3"},
+                     env);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_FALSE(r.output.empty());
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "not one line: " << r.output;
+  std::string expected_tail =
+      "mpirun -np 2 -H localhost:2 --bind-to none --map-by slot "
+      "-x HVD_FUSION_THRESHOLD=8388608 -x HVD_HIERARCHICAL_ALLREDUCE=1 ";
+  EXPECT_NE(r.output.find(expected_tail), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("-x NCCL_TEST_FORWARD "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--report-bindings /bin/sh -c 'exit 3'\n"), std::string::npos)
+      << r.output;
+  if (::geteuid() == 0)
+    EXPECT_EQ(r.output.rfind("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun", 0),
+              0u)
+        << r.output;
+  else
+    EXPECT_EQ(r.output.rfind("mpirun", 0), 0u) << r.output;
+}
+
+TEST(HvdrunBinary, DryRunErrorsExitNonZeroWithOneLine) {
+  RunResult r = run_hvdrun({"--dry-run", "-np", "5", "-H", "a:2,b:2", "prog"}, kCleanEnv);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("-np 5 is more than the 4 slots"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+  r = run_hvdrun({"--dry-run", "-np", "1", "--cycle-time-ms", "x", "prog"}, kCleanEnv);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("--cycle-time-ms='x'"), std::string::npos) << r.output;
+}
+
+TEST(HvdrunBinary, VersionHelpAndCheckBuild) {
+  RunResult r = run_hvdrun({"--version"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.output.find("hvdrun (hvd) "), std::string::npos) << r.output;
+  r = run_hvdrun({"--help"});
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.output.find("Tuneable parameter arguments"), std::string::npos);
+  r = run_hvdrun({"--check-build"});
+  EXPECT_EQ(r.status, 0);
+  for (const char* s : {"Available controllers", "[X] MPI", "NCCL", "CUDA", "cuDNN"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+}
+
+TEST(HvdrunBinary, ProgramExitStatusPassesThroughMpirun) {
+  RunResult r = run_hvdrun({"-np", "2", "-H", "localhost:2", "--oversubscribe", "--", "/bin/sh", "-c",
+                      "exit 3"},
+                     kCleanEnv);
+  EXPECT_EQ(r.status, 3) << r.output;
+  r = run_hvdrun({"-np", "2", "-H", "localhost:2", "--oversubscribe", "true"}, kCleanEnv);
+  EXPECT_EQ(r.status, 0) << r.output;
+  r = run_hvdrun({"-np", "1", "false"}, kCleanEnv);
+  EXPECT_EQ(r.status, 1) << r.output;
+}
+
+TEST(HvdrunBinary, TuningVariablesReachEveryRank) {
+  RunResult r = run_hvdrun({"-np", "2", "--oversubscribe", "--cycle-time-ms", "7", "--", "/bin/sh",
+                      "-c", "echo rank=$OMPI_COMM_WORLD_RANK cycle=$HVD_CYCLE_TIME"},
+                     kCleanEnv);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank=0 cycle=7"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank=1 cycle=7"), std::string::npos) << r.output;
+}
+
+TEST(HvdrunBinary, MissingProgramIsOneLineError) {
+  RunResult r = run_hvdrun({"-np", "1", "hvd-no-such-program-xyz"}, kCleanEnv);
+  EXPECT_EQ(r.status, 127);
+  EXPECT_NE(r.output.find("program 'hvd-no-such-program-xyz' not found"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+}
+
+TEST(HvdrunBinary, MissingMpirunIsOneLineError) {
+  Args env = kCleanEnv;
+  env.push_back("HVD_MPIRUN=/nonexistent/mpirun");
+  RunResult r = run_hvdrun({"-np", "1", "true"}, env);
+  EXPECT_EQ(r.status, 127);
+  EXPECT_NE(r.output.find("cannot find '/nonexistent/mpirun'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("HVD_MPIRUN"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+}
+
+TEST(HvdrunBinary, NoProgramIsAnError) {
+  RunResult r = run_hvdrun({"-np", "1"}, kCleanEnv);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.output.find("no program given"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace hvd::launcher

@@ -1,0 +1,358 @@
+// hvdrun's launch plans, built from options and a faked environment without running anything.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "hvd/error.h"
+#include "launcher/launch_plan.h"
+
+namespace hvd::launcher {
+namespace {
+
+using Args = std::vector<std::string>;
+
+struct FakeEnv {
+  std::map<std::string, std::string> vars;
+  bool root = false;
+
+  LaunchEnvironment get() const {
+    LaunchEnvironment e;
+    e.lookup = [v = vars](const std::string& n) -> std::optional<std::string> {
+      auto it = v.find(n);
+      if (it == v.end()) return std::nullopt;
+      return it->second;
+    };
+    e.variables.assign(vars.begin(), vars.end());
+    e.is_root = root;
+    return e;
+  }
+};
+
+LaunchOptions with_command(Args cmd = {"./train", "--epochs", "3"}) {
+  LaunchOptions o;
+  o.command = std::move(cmd);
+  return o;
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgumentError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Index of the first occurrence of `seq` as a contiguous run in `argv`, or -1.
+long find_seq(const Args& argv, const Args& seq) {
+  auto it = std::search(argv.begin(), argv.end(), seq.begin(), seq.end());
+  return it == argv.end() ? -1 : static_cast<long>(it - argv.begin());
+}
+
+size_t count_of(const Args& argv, const std::string& word) {
+  return static_cast<size_t>(std::count(argv.begin(), argv.end(), word));
+}
+
+TEST(LaunchPlan, LocalhostWithNpSlots) {
+  LaunchOptions o = with_command();
+  o.num_proc = "3";
+  LaunchPlan p = build_launch_plan(o, FakeEnv{}.get());
+  EXPECT_EQ(p.argv, (Args{"mpirun", "-np", "3", "-H", "localhost:3", "--bind-to", "none",
+                          "--map-by", "slot", "./train", "--epochs", "3"}));
+  EXPECT_EQ(p.hosts_from, "localhost");
+  EXPECT_EQ(p.num_proc, 3);
+  EXPECT_EQ(p.command_index, 9u);
+  EXPECT_TRUE(p.env.empty());
+}
+
+TEST(LaunchPlan, NpRequiredWithoutHosts) {
+  std::string msg = error_of([] { build_launch_plan(with_command(), FakeEnv{}.get()); });
+  EXPECT_NE(msg.find("-np is required"), std::string::npos) << msg;
+}
+
+TEST(LaunchPlan, NpMustBePositiveInteger) {
+  for (const char* bad : {"0", "-1", "two", ""}) {
+    LaunchOptions o = with_command();
+    o.num_proc = bad;
+    std::string msg = error_of([&] { build_launch_plan(o, FakeEnv{}.get()); });
+    EXPECT_NE(msg.find("-np='" + std::string(bad) + "'"), std::string::npos) << msg;
+  }
+}
+
+TEST(LaunchPlan, HostSpecGivesHostsAndDefaultNp) {
+  LaunchOptions o = with_command();
+  o.hosts = "a:2,b:4,c";
+  LaunchPlan p = build_launch_plan(o, FakeEnv{}.get());
+  EXPECT_EQ(p.num_proc, 7);
+  EXPECT_GE(find_seq(p.argv, {"-np", "7", "-H", "a:2,b:4,c:1"}), 0);
+  EXPECT_EQ(p.hosts_from, "-H");
+}
+
+TEST(LaunchPlan, NpAboveSlotsNamesBothNumbers) {
+  LaunchOptions o = with_command();
+  o.hosts = "a:2,b:2";
+  o.num_proc = "5";
+  std::string msg = error_of([&] { build_launch_plan(o, FakeEnv{}.get()); });
+  EXPECT_NE(msg.find("-np 5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("4 slots"), std::string::npos) << msg;
+  // Allowed, and passed on, when the user asks for oversubscription.
+  o.oversubscribe = true;
+  LaunchPlan p = build_launch_plan(o, FakeEnv{}.get());
+  EXPECT_EQ(count_of(p.argv, "--oversubscribe"), 1u);
+}
+
+TEST(LaunchPlan, NpBelowSlotsIsFine) {
+  LaunchOptions o = with_command();
+  o.hosts = "a:4";
+  o.num_proc = "1";
+  EXPECT_GE(find_seq(build_launch_plan(o, FakeEnv{}.get()).argv, {"-np", "1", "-H", "a:4"}), 0);
+}
+
+TEST(LaunchPlan, NoOversubscribeUnlessAsked) {
+  LaunchOptions o = with_command();
+  o.num_proc = "2";
+  EXPECT_EQ(count_of(build_launch_plan(o, FakeEnv{}.get()).argv, "--oversubscribe"), 0u);
+}
+
+TEST(LaunchPlan, HostfileIsReadInOrder) {
+  std::string path = ::testing::TempDir() + "hvd_launch_plan_hosts.txt";
+  {
+    std::ofstream out(path);
+    out << "# test\nzeta slots=2\nalpha\n";
+  }
+  LaunchOptions o = with_command();
+  o.hostfile = path;
+  LaunchPlan p = build_launch_plan(o, FakeEnv{}.get());
+  EXPECT_GE(find_seq(p.argv, {"-np", "3", "-H", "zeta:2,alpha:1"}), 0);
+  EXPECT_EQ(p.hosts_from, "--hostfile");
+  o.hosts = "a:1";
+  EXPECT_NE(error_of([&] { build_launch_plan(o, FakeEnv{}.get()); }).find("choose one"),
+            std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(LaunchPlan, SlurmAllocationWhenNoHostsGiven) {
+  FakeEnv env;
+  env.vars = {{"SLURM_JOB_ID", "77"},
+              {"SLURM_JOB_NODELIST", "node[01-02],gpu7"},
+              {"SLURM_TASKS_PER_NODE", "2(x2),4"}};
+  LaunchPlan p = build_launch_plan(with_command(), env.get());
+  EXPECT_EQ(p.hosts_from, "SLURM allocation");
+  EXPECT_GE(find_seq(p.argv, {"-np", "8", "-H", "node01:2,node02:2,gpu7:4"}), 0);
+  // Explicit hosts win over the allocation.
+  LaunchOptions o = with_command();
+  o.hosts = "x:1";
+  EXPECT_EQ(build_launch_plan(o, env.get()).hosts_from, "-H");
+  // -np within the allocation.
+  o = with_command();
+  o.num_proc = "9";
+  EXPECT_NE(error_of([&] { build_launch_plan(o, env.get()); }).find("8 slots"), std::string::npos);
+}
+
+TEST(LaunchPlan, TuningFlagsBecomeScaledVariables) {
+  LaunchOptions o = with_command();
+  o.num_proc = "2";
+  o.tuning = {{"HVD_FUSION_THRESHOLD", "32"},
+              {"HVD_CYCLE_TIME", "2.5"},
+              {"HVD_CACHE_CAPACITY", "0"},
+              {"HVD_HIERARCHICAL_ALLREDUCE", "1"},
+              {"HVD_GPU_OPERATIONS", "mpi"},
+              {"HVD_TIMELINE", "/tmp/t l.json"},
+              {"HVD_STALL_CHECK_TIME_SECONDS", "30"},
+              {"HVD_STALL_SHUTDOWN_TIME_SECONDS", "120"},
+              {"HVD_LOG_LEVEL", "DEBUG"},
+              {"HVD_START_TIMEOUT", "90"}};
+  LaunchPlan p = build_launch_plan(o, FakeEnv{}.get());
+  for (const Args& x : std::vector<Args>{{"-x", "HVD_FUSION_THRESHOLD=33554432"},  // 32 MiB
+                                         {"-x", "HVD_CYCLE_TIME=2.5"},
+                                         {"-x", "HVD_CACHE_CAPACITY=0"},
+                                         {"-x", "HVD_HIERARCHICAL_ALLREDUCE=1"},
+                                         {"-x", "HVD_GPU_OPERATIONS=MPI"},
+                                         {"-x", "HVD_TIMELINE=/tmp/t l.json"},
+                                         {"-x", "HVD_STALL_CHECK_TIME_SECONDS=30"},
+                                         {"-x", "HVD_STALL_SHUTDOWN_TIME_SECONDS=120"},
+                                         {"-x", "HVD_LOG_LEVEL=debug"},
+                                         {"-x", "HVD_START_TIMEOUT=90"}})
+    EXPECT_GE(find_seq(p.argv, x), 0) << x[1];
+  // Variables come before the program.
+  EXPECT_LT(find_seq(p.argv, {"-x", "HVD_START_TIMEOUT=90"}), static_cast<long>(p.command_index));
+}
+
+TEST(LaunchPlan, FractionalFusionThresholdRoundsToBytes) {
+  EXPECT_EQ(tuning_variables({{"HVD_FUSION_THRESHOLD", "0.5"}}),
+            (EnvVars{{"HVD_FUSION_THRESHOLD", "524288"}}));
+  EXPECT_EQ(tuning_variables({{"HVD_FUSION_THRESHOLD", "0"}}),
+            (EnvVars{{"HVD_FUSION_THRESHOLD", "0"}}));
+}
+
+TEST(LaunchPlan, BadTuningValuesNameTheFlag) {
+  struct Case {
+    const char* var;
+    const char* value;
+    const char* mention;
+  };
+  for (const Case& c : {Case{"HVD_FUSION_THRESHOLD", "-1", "--fusion-threshold-mb='-1'"},
+                        Case{"HVD_CYCLE_TIME", "fast", "--cycle-time-ms='fast'"},
+                        Case{"HVD_CACHE_CAPACITY", "1.5", "--cache-capacity='1.5'"},
+                        Case{"HVD_GPU_OPERATIONS", "gloo", "NCCL|MPI"},
+                        Case{"HVD_LOG_LEVEL", "loud", "--log-level='loud'"},
+                        Case{"HVD_TIMELINE", "", "--timeline-filename"},
+                        Case{"HVD_START_TIMEOUT", "0", "--start-timeout='0'"}}) {
+    LaunchOptions o = with_command();
+    o.num_proc = "1";
+    o.tuning = {{c.var, c.value}};
+    std::string msg = error_of([&] { build_launch_plan(o, FakeEnv{}.get()); });
+    EXPECT_NE(msg.find(c.mention), std::string::npos) << c.var << ": " << msg;
+  }
+}
+
+TEST(LaunchPlan, CallerVariablesAreForwardedSortedAndFlagsWin) {
+  FakeEnv env;
+  env.vars = {{"NCCL_DEBUG", "INFO"},
+              {"HVD_CYCLE_TIME", "5"},
+              {"HOROVOD_FUSION_THRESHOLD", "1024"},
+              {"HOROVOD_LOG_LEVEL", "info"},
+              {"HVD_MPIRUN", "mpirun"},
+              {"PATH", "/usr/bin"},
+              {"NCCLX", "1"}};
+  LaunchOptions o = with_command();
+  o.num_proc = "2";
+  o.tuning = {{"HVD_FUSION_THRESHOLD", "1"}};
+  LaunchPlan p = build_launch_plan(o, env.get());
+  // The flag sets both spellings so that the runtime does not see them disagree.
+  EXPECT_GE(find_seq(p.argv, {"-x", "HVD_FUSION_THRESHOLD=1048576"}), 0);
+  EXPECT_GE(find_seq(p.argv, {"-x", "HOROVOD_FUSION_THRESHOLD=1048576"}), 0);
+  EXPECT_EQ(count_of(p.argv, "HOROVOD_FUSION_THRESHOLD"), 0u);
+  // Forwarded by name, sorted.
+  long a = find_seq(p.argv, {"-x", "HOROVOD_LOG_LEVEL"});
+  long b = find_seq(p.argv, {"-x", "HVD_CYCLE_TIME"});
+  long c = find_seq(p.argv, {"-x", "NCCL_DEBUG"});
+  EXPECT_GE(a, 0);
+  EXPECT_GT(b, a);
+  EXPECT_GT(c, b);
+  // Not forwarded: launcher-only, unrelated, lookalike.
+  EXPECT_EQ(count_of(p.argv, "HVD_MPIRUN"), 0u);
+  EXPECT_EQ(count_of(p.argv, "PATH"), 0u);
+  EXPECT_EQ(count_of(p.argv, "NCCLX"), 0u);
+}
+
+TEST(LaunchPlan, MpiArgsPassedThroughAndBindingRespected) {
+  LaunchOptions o = with_command();
+  o.num_proc = "2";
+  o.mpi_args = "--mca btl self,tcp -x 'FOO=a b' --report-bindings";
+  LaunchPlan p = build_launch_plan(o, FakeEnv{}.get());
+  long at = find_seq(p.argv, {"--mca", "btl", "self,tcp", "-x", "FOO=a b", "--report-bindings"});
+  EXPECT_GE(at, 0);
+  EXPECT_EQ(at + 6, static_cast<long>(p.command_index));
+  EXPECT_GE(find_seq(p.argv, {"--bind-to", "none"}), 0);
+
+  for (const char* own : {"--bind-to core", "-bind-to socket", "--bind-to=core",
+                          "--mca hwloc_base_binding_policy core"}) {
+    o.mpi_args = own;
+    p = build_launch_plan(o, FakeEnv{}.get());
+    EXPECT_LT(find_seq(p.argv, {"--bind-to", "none"}), 0) << own;
+  }
+  o.mpi_args = "--map-by node";
+  EXPECT_EQ(count_of(build_launch_plan(o, FakeEnv{}.get()).argv, "slot"), 0u);
+  o.mpi_args = "-x 'unterminated";
+  EXPECT_NE(error_of([&] { build_launch_plan(o, FakeEnv{}.get()); }).find("never closed"),
+            std::string::npos);
+}
+
+TEST(LaunchPlan, NetworkInterfaceSetsMpiAndNccl) {
+  FakeEnv env;
+  env.vars = {{"NCCL_SOCKET_IFNAME", "lo"}};
+  LaunchOptions o = with_command();
+  o.num_proc = "2";
+  o.network_interface = "eth1";
+  LaunchPlan p = build_launch_plan(o, env.get());
+  EXPECT_GE(find_seq(p.argv, {"--mca", "btl_tcp_if_include", "eth1"}), 0);
+  EXPECT_GE(find_seq(p.argv, {"--mca", "oob_tcp_if_include", "eth1"}), 0);
+  EXPECT_GE(find_seq(p.argv, {"-x", "NCCL_SOCKET_IFNAME=eth1"}), 0);
+  EXPECT_LT(find_seq(p.argv, {"-x", "NCCL_SOCKET_IFNAME"}), 0);  // the caller's value is replaced
+}
+
+TEST(LaunchPlan, RootVariablesOnlyAsRoot) {
+  LaunchOptions o = with_command();
+  o.num_proc = "1";
+  FakeEnv env;
+  EXPECT_TRUE(build_launch_plan(o, env.get()).env.empty());
+  env.root = true;
+  LaunchPlan p = build_launch_plan(o, env.get());
+  EXPECT_EQ(p.env, (EnvVars{{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}}));
+  EXPECT_EQ(count_of(p.argv, "--allow-run-as-root"), 0u);
+}
+
+TEST(LaunchPlan, HvdMpirunOverridesBinary) {
+  FakeEnv env;
+  env.vars = {{"HVD_MPIRUN", "/opt/ompi/bin/mpirun"}};
+  LaunchOptions o = with_command();
+  o.num_proc = "1";
+  EXPECT_EQ(build_launch_plan(o, env.get()).argv.front(), "/opt/ompi/bin/mpirun");
+}
+
+TEST(LaunchPlan, SrunLauncher) {
+  FakeEnv env;
+  env.vars = {{"SLURM_JOB_ID", "5"}, {"SLURM_JOB_NODELIST", "n[1-2]"},
+              {"SLURM_TASKS_PER_NODE", "2(x2)"}};
+  LaunchOptions o = with_command({"./t"});
+  o.launcher = "srun";
+  o.tuning = {{"HVD_CYCLE_TIME", "3"}};
+  o.network_interface = "ib0";
+  LaunchPlan p = build_launch_plan(o, env.get());
+  EXPECT_EQ(p.argv, (Args{"srun", "--mpi=pmix", "-n", "4", "--cpu-bind=none", "./t"}));
+  EXPECT_EQ(p.env, (EnvVars{{"HVD_CYCLE_TIME", "3"},
+                            {"NCCL_SOCKET_IFNAME", "ib0"},
+                            {"OMPI_MCA_btl_tcp_if_include", "ib0"},
+                            {"OMPI_MCA_oob_tcp_if_include", "ib0"}}));
+  o = with_command({"./t"});
+  o.launcher = "srun";
+  o.hosts = "n1:1,n2:1";
+  EXPECT_GE(find_seq(build_launch_plan(o, env.get()).argv, {"-n", "2", "--nodelist=n1,n2"}), 0);
+  o.launcher = "ssh";
+  EXPECT_NE(error_of([&] { build_launch_plan(o, env.get()); }).find("--launcher='ssh'"),
+            std::string::npos);
+}
+
+TEST(LaunchPlan, MissingProgramIsAnError) {
+  LaunchOptions o = with_command({});
+  o.num_proc = "1";
+  EXPECT_NE(error_of([&] { build_launch_plan(o, FakeEnv{}.get()); }).find("no program"),
+            std::string::npos);
+}
+
+TEST(ShellQuote, QuotesOnlyWhenNeeded) {
+  EXPECT_EQ(shell_quote("mpirun"), "mpirun");
+  EXPECT_EQ(shell_quote("HVD_X=1,a:2/b.c-d@e%f+g"), "HVD_X=1,a:2/b.c-d@e%f+g");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote("$HOME"), "'$HOME'");
+}
+
+TEST(FormatCommand, EnvPrefixThenQuotedArgv) {
+  LaunchPlan p;
+  p.env = {{"OMPI_ALLOW_RUN_AS_ROOT", "1"}};
+  p.argv = {"mpirun", "-np", "2", "sh", "-c", "exit 3"};
+  EXPECT_EQ(format_command(p), "OMPI_ALLOW_RUN_AS_ROOT=1 mpirun -np 2 sh -c 'exit 3'");
+}
+
+TEST(SplitArgs, QuotesAndEscapes) {
+  EXPECT_EQ(split_args(""), Args{});
+  EXPECT_EQ(split_args("   "), Args{});
+  EXPECT_EQ(split_args(" a  b\tc "), (Args{"a", "b", "c"}));
+  EXPECT_EQ(split_args("-x 'A=1 2' \"B=\\\"q\\\" $x\""), (Args{"-x", "A=1 2", "B=\"q\" $x"}));
+  EXPECT_EQ(split_args("a'b'\"c\"d"), (Args{"abcd"}));
+  EXPECT_EQ(split_args("''"), (Args{""}));
+  EXPECT_EQ(split_args("a\\ b"), (Args{"a b"}));
+  EXPECT_NE(error_of([] { split_args("\"open"); }).find("position 0"), std::string::npos);
+  EXPECT_NE(error_of([] { split_args("a 'open"); }).find("position 2"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hvd::launcher
