@@ -55,6 +55,13 @@ Request make_request(const Runtime& rt, RequestType type, const std::string& nam
   r.dtype = t.dtype();
   r.device = t.device();
   r.shape = t.shape();
+  if (t.device().kind == Device::kCUDA) {
+    try {
+      cluster::check_cuda_tensor(rt.gpu_assignment(), t.device(), std::string(request_type_name(type)) + " of '" + name + "'");
+    } catch (const Error& e) {
+      r.error = e.what();
+    }
+  }
   return r;
 }
 
@@ -128,7 +135,7 @@ Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, Red
   req.reduce_op = op;
   req.prescale = prescale;
   req.postscale = postscale;
-  req.error = check_tensor(in, "the input");
+  if (req.error.empty()) req.error = check_tensor(in, "the input");
   if (req.error.empty()) req.error = check_tensor(out, "the output");
   if (req.error.empty() && (out.num_elements() != in.num_elements() || out.dtype() != in.dtype()))
     req.error = "the output (" + std::string(dtype_name(out.dtype())) + " " + shape_string(out.shape()) +
@@ -159,7 +166,7 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
     req.reduce_op = op;
     req.group = name;
     req.group_size = static_cast<int32_t>(in.size());
-    req.error = check_tensor(in[i], "the input");
+    if (req.error.empty()) req.error = check_tensor(in[i], "the input");
     if (req.error.empty() && (out[i].num_elements() != in[i].num_elements() || out[i].dtype() != in[i].dtype()))
       req.error = "output " + std::to_string(i) + " does not match input " + std::to_string(i) + " in dtype or size.";
     entries.push_back(make_entry(RequestType::kAllreduce, member, in[i], out[i], state));
@@ -172,7 +179,7 @@ Handle allgather_async(TensorRef in, const std::string& name) {
   auto rt = get("allgather_async()");
   check_name(name, "allgather");
   Request req = make_request(*rt, RequestType::kAllgather, name, in);
-  req.error = check_tensor(in, "the input");
+  if (req.error.empty()) req.error = check_tensor(in, "the input");
   if (req.error.empty() && in.shape().empty())
     req.error = "a scalar has no first dimension to gather along; pass shape {1} instead of {}.";
   return submit(*rt, RequestType::kAllgather, name, in, in, std::move(req));
@@ -184,7 +191,7 @@ Handle broadcast_async(TensorRef inout, int root, const std::string& name) {
   Request req = make_request(*rt, RequestType::kBroadcast, name, inout);
   req.root = root;
   const int size = rt->topology().size;
-  req.error = check_tensor(inout, "the tensor");
+  if (req.error.empty()) req.error = check_tensor(inout, "the tensor");
   if (req.error.empty() && (root < 0 || root >= size))
     req.error = "root " + std::to_string(root) + " is out of range for " + std::to_string(size) +
                 " ranks: pass a root from 0 to " + std::to_string(size - 1) + ".";
@@ -196,7 +203,7 @@ Handle alltoall_async(TensorRef in, std::vector<int64_t> splits, const std::stri
   check_name(name, "alltoall");
   Request req = make_request(*rt, RequestType::kAlltoall, name, in);
   const int size = rt->topology().size;
-  req.error = check_tensor(in, "the input");
+  if (req.error.empty()) req.error = check_tensor(in, "the input");
   if (req.error.empty() && in.shape().empty())
     req.error = "a scalar has no first dimension to split; pass shape {1} or more.";
   const int64_t rows = in.shape().empty() ? 0 : in.shape()[0];
@@ -235,7 +242,7 @@ Handle reducescatter_async(TensorRef in, const std::string& name, ReduceOp op) {
   check_name(name, "reducescatter");
   Request req = make_request(*rt, RequestType::kReducescatter, name, in);
   req.reduce_op = op;
-  req.error = check_tensor(in, "the input");
+  if (req.error.empty()) req.error = check_tensor(in, "the input");
   if (req.error.empty() && in.shape().empty())
     req.error = "a scalar has no first dimension to scatter; pass shape {1} or more.";
   return submit(*rt, RequestType::kReducescatter, name, in, in, std::move(req));

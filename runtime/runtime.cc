@@ -6,6 +6,7 @@
 #include "cluster/env_resolver.h"
 #include "hvd/error.h"
 #include "ops/dtype_math.h"
+#include "ops/hierarchical/hierarchical_ops.h"
 #include "ops/mpi/mpi_ops.h"
 #include "runtime/logging.h"
 
@@ -84,6 +85,30 @@ Runtime::Runtime(const Config& config) : config_(config) {
     HVD_LOG(Warning) << "could not read the launcher's placement variables: " << e.what();
   }
 
+  // Backends, in order of preference (the first enabled op of a collective wins): the GPU ops
+  // (NCCL, or host-staged MPI), then the hierarchical all-reduce (it declines, with a log line,
+  // on one node or on nodes with different numbers of ranks), then plain MPI.
+  {
+    const auto& topo = mpi_->topology();
+    const cluster::GpuAssignmentInput gin{topo.local_rank, topo.local_size, ops::GpuBackend::visible_devices()};
+    gpu_ = cluster::assign_gpu(gin, process_env_lookup());
+    HVD_LOG(Debug) << "GPU: " << cluster::to_string(gpu_, gin);
+    if (gpu_.device >= 0 && !gpu_.note.empty()) HVD_LOG(Warning) << gpu_.note;
+    // NCCL communicators are collective: every rank must take the same decision.
+    int shared = gpu_.shared ? 1 : 0;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_LOR, mpi_->world()));
+    ops::GpuBackendOptions go;
+    go.device = gpu_.device;
+    go.use_nccl = config_.gpu_operations != "MPI" && !shared;
+    go.hierarchical = config_.hierarchical_allreduce;
+    go.fp16_compression = config_.compression == "fp16";
+    if (gpu_.device >= 0 && config_.gpu_operations != "MPI" && shared && topo.rank == 0)
+      HVD_LOG(Warning) << "several ranks share a GPU: CUDA tensors go through host-staged MPI instead of NCCL.";
+    gpu_backend_ = std::make_unique<ops::GpuBackend>(*mpi_, fusion_buffer_, go);
+    gpu_backend_->register_ops(op_manager_);
+    if (config_.hierarchical_allreduce)
+      op_manager_.add(std::make_unique<ops::hierarchical::MpiHierarchicalAllreduce>(*mpi_, fusion_buffer_));
+  }
   op_manager_.add(std::make_unique<ops::mpi::MpiAllreduce>(*mpi_, fusion_buffer_));
   op_manager_.add(std::make_unique<ops::mpi::MpiAllgather>(*mpi_));
   op_manager_.add(std::make_unique<ops::mpi::MpiBroadcast>(*mpi_));
@@ -205,6 +230,7 @@ void Runtime::perform(const Response& r) {
   try {
     op_manager_.execute(batch);
   } catch (const std::exception& e) {
+    gpu_backend_->discard_pending();
     auto [kind, message] = detail::classify(e);
     std::string full = message.rfind(std::string(response_type_name(r.type)) + " of", 0) == 0
                            ? message
@@ -213,13 +239,26 @@ void Runtime::perform(const Response& r) {
     if (kind == detail::ErrorKind::kCommunication) throw;
     return;
   }
-  for (auto& t : taken) t.handle->complete_one();
+  // CPU batches complete here and now; GPU batches when their work on the device is done (on the
+  // finalizer thread), so the background thread never waits for the GPU.
+  auto done = std::make_shared<std::vector<TensorTableEntry>>(std::move(taken));
+  gpu_backend_->finish([done, what = std::string(response_type_name(r.type)) + " of " + names_of(r)](
+                           const std::string& error) {
+    for (auto& t : *done) {
+      if (error.empty())
+        t.handle->complete_one();
+      else
+        t.handle->fail(detail::ErrorKind::kCommunication, what + " failed: " + error);
+    }
+  });
 }
 
 void Runtime::shutdown() {
   shutdown_requested_ = true;
   wake_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (gpu_backend_) gpu_backend_->shutdown();
+  gpu_backend_.reset();
   mpi_.reset();
   if (owns_mpi_) {
     int finalized = 0;

@@ -15,7 +15,9 @@
 #include <string>
 #include <thread>
 
+#include "cluster/gpu_assignment.h"
 #include "hvd/collectives.h"
+#include "ops/gpu_backend.h"
 #include "ops/fusion_buffer.h"
 #include "ops/mpi/mpi_context.h"
 #include "ops/operation_manager.h"
@@ -34,6 +36,7 @@ class Runtime {
 
   const ops::mpi::MpiTopology& topology() const { return mpi_->topology(); }
   const Config& config() const { return config_; }
+  const cluster::GpuAssignment& gpu_assignment() const { return gpu_; }
 
   // Hands tensors to the background thread; the handle completes when all of them are done.
   // Throws InvalidArgumentError for a name already in flight, or the runtime's failure after the
@@ -55,6 +58,8 @@ class Runtime {
   bool owns_mpi_ = false;
   std::unique_ptr<ops::mpi::MpiContext> mpi_;
   ops::FusionBuffer fusion_buffer_;
+  cluster::GpuAssignment gpu_;
+  std::unique_ptr<ops::GpuBackend> gpu_backend_;  // before op_manager_: its ops point into it
   ops::OperationManager op_manager_;
   TensorQueue queue_;
   std::unique_ptr<Controller> controller_;
