@@ -36,7 +36,7 @@ void Controller::classify(Request&& r) {
   if (cache_.capacity() > 0 && !joined_) {
     switch (cache_.lookup(r, &pos)) {
       case ResponseCache::Lookup::kHit:
-        cached_pending_.emplace(pos, std::move(r));
+        cached_pending_.emplace(pos, PendingHit{std::move(r), std::chrono::steady_clock::now()});
         return;
       case ResponseCache::Lookup::kInvalid:
         invalid_positions_.push_back(pos);
@@ -52,16 +52,28 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
   std::vector<Request> fresh;
   queue_.pop_requests(&fresh);
   for (auto& r : fresh) classify(std::move(r));
+  // Hits that waited too long go to rank 0 (after invalidating their entry everywhere), where the
+  // stall inspector sees them.
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
+    if (std::chrono::duration<double>(now - it->second.since).count() > options_.fast_path_patience_seconds) {
+      invalid_positions_.push_back(it->first);
+      uncached_.push_back(std::move(it->second.request));
+      it = cached_pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 
   // [flags | hit bits | valid bits], ANDed across ranks.
   std::vector<uint64_t> bits(1 + 2 * cache_words_, 0);
   uint64_t flags = 0;
   if (!shutdown_requested) flags |= kNoShutdown;
-  if (uncached_.empty() && !joined_) flags |= kNoUncached;
+  if (uncached_.empty() && !joined_ && !force_slow_) flags |= kNoUncached;
   if (!joined_) flags |= kNoJoined;
   bits[0] = flags;
   if (!joined_)
-    for (const auto& [pos, req] : cached_pending_) bits[1 + pos / 64] |= uint64_t{1} << (pos % 64);
+    for (const auto& [pos, hit] : cached_pending_) bits[1 + pos / 64] |= uint64_t{1} << (pos % 64);
   for (size_t w = 0; w < cache_words_; ++w) bits[1 + cache_words_ + w] = ~uint64_t{0};
   for (uint32_t pos : invalid_positions_) bits[1 + cache_words_ + pos / 64] &= ~(uint64_t{1} << (pos % 64));
   invalid_positions_.clear();
@@ -81,7 +93,7 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
       cache_.erase(pos);
       auto it = cached_pending_.find(pos);
       if (it != cached_pending_.end()) {
-        uncached_.push_back(std::move(it->second));
+        uncached_.push_back(std::move(it->second.request));
         cached_pending_.erase(it);
       }
     }
@@ -89,7 +101,7 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
 
   std::vector<Response> ready;
   if (any_joined) {
-    for (auto& [pos, req] : cached_pending_) uncached_.push_back(std::move(req));
+    for (auto& [pos, hit] : cached_pending_) uncached_.push_back(std::move(hit.request));
     cached_pending_.clear();
   } else {
     for (size_t w = 0; w < cache_words_; ++w) {
@@ -112,8 +124,8 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
       if (r.contributors == size_) cache_.put(r);
     // A put may have evicted an entry another rank's pending hit still waits on: re-check.
     for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
-      if (!cache_.occupied(it->first) || cache_.get(it->first).names[0] != it->second.name) {
-        uncached_.push_back(std::move(it->second));
+      if (!cache_.occupied(it->first) || cache_.get(it->first).names[0] != it->second.request.name) {
+        uncached_.push_back(std::move(it->second.request));
         it = cached_pending_.erase(it);
       } else {
         ++it;
@@ -179,8 +191,41 @@ void Controller::coordinator_add(std::vector<Request>&& requests) {
   }
 }
 
+void Controller::fail_stalled(const std::vector<std::pair<std::string, std::string>>& failures,
+                              const std::string& shutdown_reason) {
+  stall_failures_.insert(stall_failures_.end(), failures.begin(), failures.end());
+  if (!shutdown_reason.empty()) shutdown_notice_ = shutdown_reason;
+  force_slow_ = true;
+}
+
 std::vector<Response> Controller::coordinator_ready() {
   std::vector<Response> out;
+  force_slow_ = false;
+  for (const auto& [name, message] : stall_failures_) {
+    auto it = table_.find(name);
+    if (it == table_.end()) continue;
+    const Request* any = nullptr;
+    for (const auto& q : it->second.requests)
+      if (q.rank != -1) any = &q;
+    Response err;
+    err.type = ResponseType::kError;
+    err.names = {name};
+    err.shapes = {any ? any->shape : std::vector<int64_t>{}};
+    err.error = std::string(any ? request_type_name(any->type) : "collective") + " of '" + name + "' failed: " + message;
+    out.push_back(std::move(err));
+    table_.erase(it);
+    arrival_.erase(std::remove(arrival_.begin(), arrival_.end(), name), arrival_.end());
+  }
+  stall_failures_.clear();
+  if (!shutdown_notice_.empty()) {
+    Response notice;
+    notice.type = ResponseType::kError;
+    notice.names = {kShutdownNotice};
+    notice.shapes = {{}};
+    notice.error = shutdown_notice_;
+    out.push_back(std::move(notice));
+    shutdown_notice_.clear();
+  }
   std::vector<std::string> still;
   for (const auto& name : arrival_) {
     TableEntry& e = table_[name];

@@ -42,7 +42,13 @@ namespace hvd {
 struct ControllerOptions {
   int64_t fusion_threshold_bytes = 64 << 20;
   size_t cache_capacity = 1024;
+  // A cached tensor that waits this long for the other ranks goes to rank 0 instead, where the
+  // stall inspector can see it (its cache entry is invalidated everywhere first).
+  double fast_path_patience_seconds = 5;
 };
+
+// The name of the error response that carries the reason for a shutdown decided on rank 0.
+inline constexpr const char* kShutdownNotice = "__hvd.shutdown";
 
 class Controller {
  public:
@@ -60,6 +66,9 @@ class Controller {
     double seconds = 0;
   };
   std::vector<Stall> stalled(double older_than_seconds) const;
+  // Rank 0: fail these tensors on every rank that submitted them (on the next slow path), and
+  // tell every rank why hvd is shutting down (an error response named kShutdownNotice).
+  void fail_stalled(const std::vector<std::pair<std::string, std::string>>& failures, const std::string& shutdown_reason);
 
  private:
   void classify(Request&& r);
@@ -76,7 +85,11 @@ class Controller {
   size_t cache_words_;
 
   bool joined_ = false;
-  std::map<uint32_t, Request> cached_pending_;  // position -> request waiting for the AND
+  struct PendingHit {
+    Request request;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::map<uint32_t, PendingHit> cached_pending_;  // position -> request waiting for the AND
   std::vector<uint32_t> invalid_positions_;
   std::vector<Request> uncached_;
 
@@ -92,6 +105,9 @@ class Controller {
   int last_joined_ = -1;
   std::map<std::string, std::vector<Response>> group_members_;
   std::map<std::string, int> group_sizes_;
+  std::vector<std::pair<std::string, std::string>> stall_failures_;
+  std::string shutdown_notice_;
+  bool force_slow_ = false;
 };
 
 }  // namespace hvd

@@ -115,7 +115,13 @@ Runtime::Runtime(const Config& config) : config_(config) {
   op_manager_.add(std::make_unique<ops::mpi::MpiAlltoall>(*mpi_));
   op_manager_.add(std::make_unique<ops::mpi::MpiReducescatter>(*mpi_, fusion_buffer_));
 
+  StallOptions so;
+  so.check_seconds = config_.stall_check_time_seconds;
+  so.shutdown_seconds = config_.stall_shutdown_time_seconds;
+  so.disabled = config_.stall_check_disable;
   ControllerOptions co;
+  co.fast_path_patience_seconds = StallInspector(so).fast_path_patience_seconds();
+  if (mpi_->topology().rank == 0) stall_ = std::make_unique<StallInspector>(so);
   co.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
   const auto& topo = mpi_->topology();
@@ -150,11 +156,23 @@ void Runtime::loop() {
       std::vector<Response> responses = controller_->cycle(shutdown_requested_.load(), &shutdown);
       for (const auto& r : responses) perform(r);
       if (shutdown) break;
+      if (stall_) {
+        StallInspector::Verdict v = stall_->check(*controller_);
+        for (const auto& w : v.warnings) HVD_LOG(Warning) << w;
+        if (!v.failures.empty()) {
+          HVD_LOG(Error) << v.shutdown_reason;
+          controller_->fail_stalled(v.failures, v.shutdown_reason);
+          shutdown_requested_ = true;
+          continue;  // the next cycle delivers the errors and stops every rank
+        }
+      }
       std::unique_lock<std::mutex> lock(wake_mu_);
       wake_cv_.wait_until(lock, start + cycle, [&] { return shutdown_requested_.load(); });
     }
     queue_.close(detail::ErrorKind::kInvalidArgument,
-                 "hvd was shut down (a rank called hvd::shutdown()) before every rank submitted it.");
+                 shutdown_reason_.empty()
+                     ? "hvd was shut down (a rank called hvd::shutdown()) before every rank submitted it."
+                     : "hvd was shut down by rank 0: " + shutdown_reason_);
   } catch (const std::exception& e) {
     auto [kind, message] = detail::classify(e);
     HVD_LOG(Error) << "background thread stopped: " << message;
@@ -169,6 +187,10 @@ void Runtime::fail_response(const Response& r, detail::ErrorKind kind, const std
 }
 
 void Runtime::perform(const Response& r) {
+  if (r.type == ResponseType::kError && r.names.size() == 1 && r.names[0] == kShutdownNotice) {
+    shutdown_reason_ = r.error;
+    return;
+  }
   if (r.type == ResponseType::kError) {
     fail_response(r, detail::ErrorKind::kInvalidArgument, r.error);
     return;

@@ -23,6 +23,7 @@
 #include "ops/operation_manager.h"
 #include "runtime/config.h"
 #include "runtime/controller.h"
+#include "runtime/stall_inspector.h"
 #include "runtime/tensor_queue.h"
 
 namespace hvd {
@@ -63,6 +64,8 @@ class Runtime {
   ops::OperationManager op_manager_;
   TensorQueue queue_;
   std::unique_ptr<Controller> controller_;
+  std::unique_ptr<StallInspector> stall_;  // rank 0 only
+  std::string shutdown_reason_;            // set by rank 0's notice; background thread only
 
   std::thread thread_;
   std::atomic<bool> shutdown_requested_{false};

@@ -4,3 +4,14 @@ add_test(NAME test_strategy.np4.fake_nodes
   COMMAND ${HVD_MPIEXEC} ${HVD_MPIEXEC_FLAGS} -np 4 $<TARGET_FILE:test_strategy>)
 set_tests_properties(test_strategy.np4.fake_nodes PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 4
   ENVIRONMENT "${HVD_TEST_ROOT_ENV};HVD_TEST_FAKE_LOCAL_SIZE=2")
+
+# Stall inspector: rank 1 never submits a tensor; the job must end non-zero, quickly, saying so.
+add_executable(test_stall_program test_stall_program.cc)
+target_link_libraries(test_stall_program PRIVATE hvd)
+hvd_set_warnings(test_stall_program)
+foreach(np 2 3)
+  add_test(NAME test_stall.np${np}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_stall.sh ${HVD_MPIEXEC} ${np} $<TARGET_FILE:test_stall_program>)
+  set_tests_properties(test_stall.np${np} PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS ${np}
+    ENVIRONMENT "${HVD_TEST_ROOT_ENV}" PASS_REGULAR_EXPRESSION "PASS: ended")
+endforeach()
