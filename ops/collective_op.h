@@ -14,6 +14,7 @@
 // (enabled()); the OperationManager picks the first enabled backend in its documented order.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,26 @@ struct OpBatch {
   int contributors = 1;  // ranks contributing data; kAverage divides by it
   std::vector<OpEntry> entries;
   std::vector<int64_t> first_dims;  // allgather: every rank's first dimension (one entry per batch)
+  // Timeline hook: an op may mark phases inside itself ("MEMCPY_IN_FUSION_BUFFER", begin/end).
+  // Empty when no timeline is written.
+  std::function<void(const char* activity, bool begin)> trace;
+};
+
+// Marks a phase for the timeline for the lifetime of the scope (no-op without a timeline).
+class TraceScope {
+ public:
+  TraceScope(const OpBatch& batch, const char* activity) : batch_(batch), activity_(activity) {
+    if (batch_.trace) batch_.trace(activity_, true);
+  }
+  ~TraceScope() {
+    if (batch_.trace) batch_.trace(activity_, false);
+  }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+ private:
+  const OpBatch& batch_;
+  const char* activity_;
 };
 
 class CollectiveOp {

@@ -1,5 +1,6 @@
 #include "runtime/runtime.h"
 
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 
@@ -122,6 +123,8 @@ Runtime::Runtime(const Config& config) : config_(config) {
   ControllerOptions co;
   co.fast_path_patience_seconds = StallInspector(so).fast_path_patience_seconds();
   if (mpi_->topology().rank == 0) stall_ = std::make_unique<StallInspector>(so);
+  if (mpi_->topology().rank == 0 && !config_.timeline_path.empty())
+    timeline_ = std::make_unique<Timeline>(config_.timeline_path, config_.timeline_mark_cycles);
   co.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
   const auto& topo = mpi_->topology();
@@ -133,16 +136,21 @@ Runtime::Runtime(const Config& config) : config_(config) {
 }
 
 Runtime::~Runtime() {
-  if (thread_.joinable()) {
-    shutdown_requested_ = true;
-    wake_cv_.notify_all();
-    thread_.join();
+  // A program that never called hvd::shutdown() (it ended by error): stop cleanly anyway, so the
+  // timeline is closed and MPI finalised.
+  try {
+    shutdown();
+  } catch (...) {
   }
 }
 
 Handle Runtime::enqueue(std::vector<TensorTableEntry> entries, std::vector<Request> requests,
                         std::shared_ptr<detail::HandleState> state) {
+  std::vector<std::string> names;
+  if (timeline_)
+    for (const auto& e : entries) names.push_back(e.name);
   queue_.add(std::move(entries), std::move(requests));
+  for (const auto& n : names) timeline_->begin(n, "NEGOTIATE");
   return Handle(std::move(state));
 }
 
@@ -154,6 +162,14 @@ void Runtime::loop() {
       auto start = clock::now();
       bool shutdown = false;
       std::vector<Response> responses = controller_->cycle(shutdown_requested_.load(), &shutdown);
+      if (timeline_) {
+        timeline_->mark_cycle();
+        for (const auto& r : responses)
+          for (const auto& n : r.names) {
+            timeline_->end(n, "NEGOTIATE");
+            timeline_->begin(n, "QUEUE");
+          }
+      }
       for (const auto& r : responses) perform(r);
       if (shutdown) break;
       if (stall_) {
@@ -191,6 +207,8 @@ void Runtime::perform(const Response& r) {
     shutdown_reason_ = r.error;
     return;
   }
+  if (timeline_)
+    for (const auto& n : r.names) timeline_->end(n, "QUEUE");
   if (r.type == ResponseType::kError) {
     fail_response(r, detail::ErrorKind::kInvalidArgument, r.error);
     return;
@@ -249,6 +267,27 @@ void Runtime::perform(const Response& r) {
     }
     batch.entries.push_back(std::move(oe));
   }
+  std::string span;
+  if (timeline_) {
+    ops::CollectiveOp* op = op_manager_.select(batch);
+    span = op ? op->name() : response_type_name(r.type);
+    for (auto& c : span) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const std::string args = "{\"fused\":" + std::to_string(r.names.size()) + ",\"bytes\":" +
+                             std::to_string(response_bytes(r)) + ",\"dtype\":\"" + dtype_name(r.dtype) + "\"}";
+    for (const auto& n : r.names) timeline_->begin(n, span, args);
+    batch.trace = [this, &r](const char* activity, bool begin) {
+      for (const auto& n : r.names) begin ? timeline_->begin(n, activity) : timeline_->end(n, activity);
+    };
+  }
+  struct SpanEnd {
+    Timeline* t;
+    const Response& r;
+    const std::string& span;
+    ~SpanEnd() {
+      if (t)
+        for (const auto& n : r.names) t->end(n, span);
+    }
+  } span_end{timeline_.get(), r, span};
   try {
     op_manager_.execute(batch);
   } catch (const std::exception& e) {
@@ -276,11 +315,14 @@ void Runtime::perform(const Response& r) {
 }
 
 void Runtime::shutdown() {
+  if (finished_) return;
+  finished_ = true;
   shutdown_requested_ = true;
   wake_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (gpu_backend_) gpu_backend_->shutdown();
   gpu_backend_.reset();
+  if (timeline_) timeline_->close();
   mpi_.reset();
   if (owns_mpi_) {
     int finalized = 0;

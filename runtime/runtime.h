@@ -24,6 +24,7 @@
 #include "runtime/config.h"
 #include "runtime/controller.h"
 #include "runtime/stall_inspector.h"
+#include "runtime/timeline.h"
 #include "runtime/tensor_queue.h"
 
 namespace hvd {
@@ -65,11 +66,13 @@ class Runtime {
   TensorQueue queue_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<StallInspector> stall_;  // rank 0 only
+  std::unique_ptr<Timeline> timeline_;     // rank 0 only, with HVD_TIMELINE
   std::string shutdown_reason_;            // set by rank 0's notice; background thread only
 
   std::thread thread_;
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
+  bool finished_ = false;  // shutdown() ran
   std::atomic<int> barrier_counter_{0};
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;

@@ -46,13 +46,17 @@ void MpiAllreduce::execute(OpBatch& batch) {
   for (const auto& e : batch.entries) sizes.push_back(static_cast<int64_t>(e.input.size_bytes()));
   FusionLayout layout = fusion_layout(sizes, 1);
   char* buf = static_cast<char*>(buffer_.get(static_cast<size_t>(layout.total_bytes)));
-  for (size_t i = 0; i < batch.entries.size(); ++i) {
-    const auto& e = batch.entries[i];
-    scale_copy(batch.dtype, e.input.data(), buf + layout.offsets[i], static_cast<size_t>(e.input.num_elements()),
-               batch.prescale);
+  {
+    TraceScope trace(batch, "MEMCPY_IN_FUSION_BUFFER");
+    for (size_t i = 0; i < batch.entries.size(); ++i) {
+      const auto& e = batch.entries[i];
+      scale_copy(batch.dtype, e.input.data(), buf + layout.offsets[i], static_cast<size_t>(e.input.num_elements()),
+                 batch.prescale);
+    }
   }
   const int64_t count = layout.total_bytes / static_cast<int64_t>(dtype_size(batch.dtype));
   allreduce_chunked(ctx_, MPI_IN_PLACE, buf, count, batch.dtype, batch.reduce_op, ctx_.world());
+  TraceScope trace(batch, "MEMCPY_OUT_FUSION_BUFFER");
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     auto& e = batch.entries[i];
     scale_copy(batch.dtype, buf + layout.offsets[i], e.output.data(), static_cast<size_t>(e.output.num_elements()),

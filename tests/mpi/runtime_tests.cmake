@@ -15,3 +15,18 @@ foreach(np 2 3)
   set_tests_properties(test_stall.np${np} PROPERTIES LABELS mpi TIMEOUT 60 PROCESSORS ${np}
     ENVIRONMENT "${HVD_TEST_ROOT_ENV}" PASS_REGULAR_EXPRESSION "PASS: ended")
 endforeach()
+
+# Timeline: a Chrome trace with the phases of a fused allreduce, valid JSON also after an error.
+add_executable(test_timeline_program test_timeline_program.cc)
+target_link_libraries(test_timeline_program PRIVATE hvd)
+hvd_set_warnings(test_timeline_program)
+foreach(np 1 2 3)
+  add_test(NAME test_timeline.np${np}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_timeline.sh ${HVD_MPIEXEC} ${np} $<TARGET_FILE:test_timeline_program>)
+  set_tests_properties(test_timeline.np${np} PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS ${np}
+    ENVIRONMENT "${HVD_TEST_ROOT_ENV}" PASS_REGULAR_EXPRESSION "timeline ok")
+endforeach()
+add_test(NAME test_timeline.np2.ends_by_error
+  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_timeline.sh ${HVD_MPIEXEC} 2 $<TARGET_FILE:test_timeline_program> error)
+set_tests_properties(test_timeline.np2.ends_by_error PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS 2
+  ENVIRONMENT "${HVD_TEST_ROOT_ENV}" PASS_REGULAR_EXPRESSION "timeline ok")

@@ -1,0 +1,125 @@
+#include "runtime/timeline.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "hvd/error.h"
+
+namespace hvd {
+namespace {
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+Timeline::Timeline(const std::string& path, bool mark_cycles)
+    : mark_cycles_(mark_cycles), start_(std::chrono::steady_clock::now()) {
+  file_ = std::fopen(path.c_str(), "w");
+  if (file_ == nullptr)
+    throw InvalidArgumentError("HVD_TIMELINE='" + path + "': cannot open it for writing (" + std::strerror(errno) +
+                               "). Point it at a writable file path.");
+  std::fputs("[\n", file_);
+  push("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"hvd rank 0\"}}");
+  thread_ = std::thread([this] { writer(); });
+}
+
+Timeline::~Timeline() { close(); }
+
+int64_t Timeline::now_us() const {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start_).count();
+}
+
+int Timeline::row_of(const std::string& tensor) {
+  auto it = rows_.find(tensor);
+  if (it != rows_.end()) return it->second;
+  int row = static_cast<int>(rows_.size()) + 1;
+  rows_.emplace(tensor, row);
+  queue_.push_back("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + std::to_string(row) +
+                   ",\"args\":{\"name\":" + json_string(tensor) + "}}");
+  return row;
+}
+
+void Timeline::push(std::string event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_) return;
+  queue_.push_back(std::move(event));
+  cv_.notify_one();
+}
+
+void Timeline::begin(const std::string& tensor, const std::string& activity, const std::string& args_json) {
+  const int64_t ts = now_us();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_) return;
+  int row = row_of(tensor);
+  queue_.push_back("{\"name\":" + json_string(activity) + ",\"ph\":\"B\",\"ts\":" + std::to_string(ts) +
+                   ",\"pid\":0,\"tid\":" + std::to_string(row) + (args_json.empty() ? "" : ",\"args\":" + args_json) + "}");
+  cv_.notify_one();
+}
+
+void Timeline::end(const std::string& tensor, const std::string& activity) {
+  const int64_t ts = now_us();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closing_) return;
+  int row = row_of(tensor);
+  queue_.push_back("{\"name\":" + json_string(activity) + ",\"ph\":\"E\",\"ts\":" + std::to_string(ts) +
+                   ",\"pid\":0,\"tid\":" + std::to_string(row) + "}");
+  cv_.notify_one();
+}
+
+void Timeline::mark_cycle() {
+  if (!mark_cycles_) return;
+  push("{\"name\":\"CYCLE\",\"ph\":\"i\",\"s\":\"p\",\"ts\":" + std::to_string(now_us()) + ",\"pid\":0,\"tid\":0}");
+}
+
+void Timeline::writer() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+    std::deque<std::string> batch;
+    batch.swap(queue_);
+    bool stop = closing_;
+    lock.unlock();
+    for (const auto& e : batch) {
+      if (!first_) std::fputs(",\n", file_);
+      first_ = false;
+      std::fputs(e.c_str(), file_);
+    }
+    std::fflush(file_);
+    lock.lock();
+    if (stop && queue_.empty()) break;
+  }
+}
+
+void Timeline::close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (file_ == nullptr) return;
+    closing_ = true;
+    cv_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
+  std::fputs("\n]\n", file_);
+  std::fclose(file_);
+  file_ = nullptr;
+}
+
+}  // namespace hvd

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Usage: test_timeline.sh MPIEXEC NP PROGRAM [error]
+set -eu
+MPIEXEC=$1 NP=$2 PROG=$3 MODE=${4:-}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+set +e
+HVD_TIMELINE=$dir/timeline.json timeout 60 "$MPIEXEC" --oversubscribe --bind-to none -np "$NP" "$PROG" $MODE
+rc=$?
+set -e
+if [[ -z "$MODE" && $rc -ne 0 ]]; then echo "FAIL: job exited $rc"; exit 1; fi
+if [[ "$MODE" == error && $rc -eq 0 ]]; then echo "FAIL: the error job exited 0"; exit 1; fi
+python3 "$(dirname "$0")/check_timeline.py" "$dir/timeline.json"
