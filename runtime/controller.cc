@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <thread>
 
 #include "hvd/error.h"
 #include "ops/mpi/mpi_context.h"
@@ -77,7 +78,7 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
   for (size_t w = 0; w < cache_words_; ++w) bits[1 + cache_words_ + w] = ~uint64_t{0};
   for (uint32_t pos : invalid_positions_) bits[1 + cache_words_ + pos / 64] &= ~(uint64_t{1} << (pos % 64));
   invalid_positions_.clear();
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bits.data(), static_cast<int>(bits.size()), MPI_UINT64_T, MPI_BAND, comm_));
+  exchange_bits(bits);
 
   const bool any_shutdown = !(bits[0] & kNoShutdown);
   const bool any_uncached = !(bits[0] & kNoUncached);
@@ -136,6 +137,90 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
   FusionOptions fo;
   fo.threshold_bytes = options_.fusion_threshold_bytes;
   return plan_fusion(ready, fo);
+}
+
+// The cycle's bit-vector AND, as a star through rank 0 with a deadline instead of one blocking
+// MPI_Allreduce: rank 0 receives every rank's vector, ANDs them and sends the result back. This is
+// how a lost rank is named instead of hanging everyone: rank 0 knows exactly whose vector did not
+// arrive within HVD_PEER_TIMEOUT_SECONDS and tells the others (a status word in the reply), and a
+// rank that hears nothing from rank 0 knows that rank 0 is the one lost. Background threads cycle
+// every HVD_CYCLE_TIME whatever the user's threads do, so silence means death or a dead link.
+void Controller::exchange_bits(std::vector<uint64_t>& bits) {
+  if (size_ == 1) return;
+  constexpr int kTag = 7301;
+  constexpr uint64_t kOk = 0, kLost = 1;
+  const int n = static_cast<int>(bits.size());
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                           std::chrono::duration<double>(options_.peer_timeout_seconds));
+  auto wait_all = [&](std::vector<MPI_Request>& reqs) {
+    // Polls until every request completes or the deadline passes; returns the unfinished indices.
+    std::vector<int> done(reqs.size(), 0);
+    size_t left = reqs.size();
+    for (uint64_t spins = 0; left > 0; ++spins) {
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        if (done[i]) continue;
+        int flag = 0;
+        MPI_CHECK(MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE));
+        if (flag) {
+          done[i] = 1;
+          --left;
+        }
+      }
+      if (left == 0) break;
+      if ((spins & 1023) == 1023 && clock::now() > deadline) break;
+      if (spins > 100000) std::this_thread::yield();
+    }
+    std::vector<int> missing;
+    for (size_t i = 0; i < reqs.size(); ++i)
+      if (!done[i]) missing.push_back(static_cast<int>(i));
+    return missing;
+  };
+  auto lost_message = [&](const std::vector<int>& lost) {
+    std::string ranks;
+    for (size_t i = 0; i < lost.size(); ++i) ranks += (i ? ", " : "") + std::to_string(lost[i]);
+    return "rank" + std::string(lost.size() == 1 ? " " : "s ") + ranks + (lost.size() == 1 ? " was" : " were") +
+           " lost: no word from " + (lost.size() == 1 ? "it" : "them") + " for " +
+           std::to_string(static_cast<int>(options_.peer_timeout_seconds)) +
+           " s (HVD_PEER_TIMEOUT_SECONDS). The process died or its node's network failed; see that rank's log and "
+           "the launcher's message.";
+  };
+  if (rank_ == 0) {
+    std::vector<std::vector<uint64_t>> in(size_, std::vector<uint64_t>(n));
+    std::vector<MPI_Request> reqs(size_ - 1);
+    for (int r = 1; r < size_; ++r) MPI_CHECK(MPI_Irecv(in[r].data(), n, MPI_UINT64_T, r, kTag, comm_, &reqs[r - 1]));
+    std::vector<int> missing = wait_all(reqs);
+    std::vector<uint64_t> reply(n + 2, 0);
+    std::vector<int> lost;
+    for (int i : missing) lost.push_back(i + 1);
+    if (lost.empty()) {
+      for (int r = 1; r < size_; ++r)
+        for (int w = 0; w < n; ++w) bits[w] &= in[r][w];
+      reply[0] = kOk;
+      std::copy(bits.begin(), bits.end(), reply.begin() + 2);
+    } else {
+      for (int i : missing) MPI_Cancel(&reqs[i]);
+      reply[0] = kLost;
+      reply[1] = static_cast<uint64_t>(lost.front());
+    }
+    std::vector<MPI_Request> sends;
+    for (int r = 1; r < size_; ++r) {
+      if (std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
+      sends.emplace_back();
+      MPI_CHECK(MPI_Isend(reply.data(), n + 2, MPI_UINT64_T, r, kTag, comm_, &sends.back()));
+    }
+    wait_all(sends);
+    if (!lost.empty()) throw CommunicationError(lost_message(lost));
+    return;
+  }
+  std::vector<uint64_t> reply(n + 2, 0);
+  std::vector<MPI_Request> reqs(2);
+  MPI_CHECK(MPI_Isend(bits.data(), n, MPI_UINT64_T, 0, kTag, comm_, &reqs[0]));
+  MPI_CHECK(MPI_Irecv(reply.data(), n + 2, MPI_UINT64_T, 0, kTag, comm_, &reqs[1]));
+  std::vector<int> missing = wait_all(reqs);
+  if (!missing.empty()) throw CommunicationError(lost_message({0}) + " Rank 0 coordinates every cycle.");
+  if (reply[0] == kLost) throw CommunicationError(lost_message({static_cast<int>(reply[1])}));
+  std::copy(reply.begin() + 2, reply.end(), bits.begin());
 }
 
 std::vector<Response> Controller::slow_path() {

@@ -45,6 +45,7 @@ struct ControllerOptions {
   // A cached tensor that waits this long for the other ranks goes to rank 0 instead, where the
   // stall inspector can see it (its cache entry is invalidated everywhere first).
   double fast_path_patience_seconds = 5;
+  double peer_timeout_seconds = 30;  // HVD_PEER_TIMEOUT_SECONDS
 };
 
 // The name of the error response that carries the reason for a shutdown decided on rank 0.
@@ -72,6 +73,7 @@ class Controller {
 
  private:
   void classify(Request&& r);
+  void exchange_bits(std::vector<uint64_t>& bits);
   std::vector<Response> slow_path();
   void coordinator_add(std::vector<Request>&& requests);
   std::vector<Response> coordinator_ready();

@@ -126,6 +126,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
   if (mpi_->topology().rank == 0 && !config_.timeline_path.empty())
     timeline_ = std::make_unique<Timeline>(config_.timeline_path, config_.timeline_mark_cycles);
   co.fusion_threshold_bytes = config_.fusion_threshold_bytes;
+  co.peer_timeout_seconds = config_.peer_timeout_seconds;
   co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
   const auto& topo = mpi_->topology();
   controller_ = std::make_unique<Controller>(mpi_->world(), topo.rank, topo.size, co, queue_);
@@ -133,6 +134,25 @@ Runtime::Runtime(const Config& config) : config_(config) {
                  << topo.local_size << ", cross " << topo.cross_rank << "/" << topo.cross_size
                  << (topo.homogeneous ? ", homogeneous" : ", not homogeneous");
   thread_ = std::thread([this] { loop(); });
+  if (mpi_->topology().size > 1) watchdog_ = std::thread([this] { watchdog(); });
+}
+
+void Runtime::watchdog() {
+  using namespace std::chrono;
+  const int64_t limit_ns = static_cast<int64_t>((config_.peer_timeout_seconds + 5) * 1e9);
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  while (!stopped_) {
+    wake_cv_.wait_for(lock, milliseconds(500));
+    int64_t started = op_started_ns_.load();
+    if (started == 0) continue;
+    int64_t now = duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
+    if (now - started > limit_ns) {
+      HVD_LOG(Error) << op_what_ << " has not finished after " << (now - started) / 1000000000
+                     << " s: a peer rank died or the network failed in the middle of it (HVD_PEER_TIMEOUT_SECONDS="
+                     << config_.peer_timeout_seconds << "). Ending this process so that the job does not hang.";
+      std::_Exit(70);
+    }
+  }
 }
 
 Runtime::~Runtime() {
@@ -192,9 +212,11 @@ void Runtime::loop() {
   } catch (const std::exception& e) {
     auto [kind, message] = detail::classify(e);
     HVD_LOG(Error) << "background thread stopped: " << message;
+    if (kind == detail::ErrorKind::kCommunication) broken_ = true;
     queue_.close(kind, message);
   }
   stopped_ = true;
+  wake_cv_.notify_all();
 }
 
 void Runtime::fail_response(const Response& r, detail::ErrorKind kind, const std::string& message) {
@@ -288,6 +310,16 @@ void Runtime::perform(const Response& r) {
         for (const auto& n : r.names) t->end(n, span);
     }
   } span_end{timeline_.get(), r, span};
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    op_what_ = std::string(response_type_name(r.type)) + " of " + names_of(r);
+  }
+  op_started_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch()).count();
+  struct OpDone {
+    std::atomic<int64_t>& started;
+    ~OpDone() { started = 0; }
+  } op_done{op_started_ns_};
   try {
     op_manager_.execute(batch);
   } catch (const std::exception& e) {
@@ -320,9 +352,17 @@ void Runtime::shutdown() {
   shutdown_requested_ = true;
   wake_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  stopped_ = true;
+  wake_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
   if (gpu_backend_) gpu_backend_->shutdown();
-  gpu_backend_.reset();
   if (timeline_) timeline_->close();
+  if (broken_) {
+    (void)mpi_.release();  // its communicators may involve a lost peer: do not touch them
+    HVD_LOG(Warning) << "not finalising MPI after a communication failure";
+    return;
+  }
+  gpu_backend_.reset();
   mpi_.reset();
   if (owns_mpi_) {
     int finalized = 0;

@@ -53,6 +53,7 @@ class Runtime {
 
  private:
   void loop();
+  void watchdog();
   void perform(const Response& response);
   void fail_response(const Response& response, detail::ErrorKind kind, const std::string& message);
 
@@ -70,9 +71,15 @@ class Runtime {
   std::string shutdown_reason_;            // set by rank 0's notice; background thread only
 
   std::thread thread_;
+  // The watchdog: ends this process when one data-plane op has been running for longer than the
+  // peer timeout (a peer died or the network failed in the middle of it: MPI would wait forever).
+  std::thread watchdog_;
+  std::atomic<int64_t> op_started_ns_{0};  // steady clock, 0 when no op runs
+  std::string op_what_;                    // guarded by wake_mu_
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
   bool finished_ = false;  // shutdown() ran
+  std::atomic<bool> broken_{false};  // a communication failure stopped the background thread
   std::atomic<int> barrier_counter_{0};
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;

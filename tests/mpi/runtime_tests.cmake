@@ -30,3 +30,16 @@ add_test(NAME test_timeline.np2.ends_by_error
   COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_timeline.sh ${HVD_MPIEXEC} 2 $<TARGET_FILE:test_timeline_program> error)
 set_tests_properties(test_timeline.np2.ends_by_error PROPERTIES LABELS mpi TIMEOUT 120 PROCESSORS 2
   ENVIRONMENT "${HVD_TEST_ROOT_ENV}" PASS_REGULAR_EXPRESSION "timeline ok")
+
+# Lost ranks: SIGKILL (the launcher ends the job) and SIGSTOP (a silent peer: hvd names it).
+add_executable(test_lost_rank_program test_lost_rank_program.cc)
+target_link_libraries(test_lost_rank_program PRIVATE hvd)
+hvd_set_warnings(test_lost_rank_program)
+foreach(np 2 3)
+  foreach(mode kill stop)
+    add_test(NAME test_lost_rank.${mode}.np${np}
+      COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_lost_rank.sh ${HVD_MPIEXEC} ${np} $<TARGET_FILE:test_lost_rank_program> ${mode})
+    set_tests_properties(test_lost_rank.${mode}.np${np} PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS ${np}
+      ENVIRONMENT "${HVD_TEST_ROOT_ENV}" PASS_REGULAR_EXPRESSION "PASS: ended")
+  endforeach()
+endforeach()

@@ -1,0 +1,30 @@
+// Rank 1 disappears in the middle of a long allreduce loop: with "kill" it dies (SIGKILL), with
+// "stop" it freezes (SIGSTOP: alive but silent, as behind a dead link). Every other rank must fail
+// within HVD_PEER_TIMEOUT_SECONDS (or be ended by the launcher) with output naming rank 1.
+#include <hvd/hvd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "kill";
+  hvd::init();
+  std::vector<float> v(1 << 16, 1.0f);
+  try {
+    for (int i = 0; i < 100000; ++i) {
+      if (i == 50 && hvd::rank() == 1) raise(mode == "stop" ? SIGSTOP : SIGKILL);
+      hvd::allreduce(v, "loop", hvd::ReduceOp::kSum);
+      for (auto& x : v) x = 1.0f;
+    }
+  } catch (const hvd::Error& e) {
+    std::printf("rank %d: error: %s\n", hvd::rank(), e.what());
+    std::fflush(stdout);
+    hvd::shutdown();
+    return 1;
+  }
+  std::printf("rank %d: UNEXPECTED: the loop finished\n", hvd::rank());
+  hvd::shutdown();
+  return 0;
+}
