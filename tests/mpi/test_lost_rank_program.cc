@@ -3,8 +3,10 @@
 // within HVD_PEER_TIMEOUT_SECONDS (or be ended by the launcher) with output naming rank 1.
 #include <hvd/hvd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -14,7 +16,15 @@ int main(int argc, char** argv) {
   std::vector<float> v(1 << 16, 1.0f);
   try {
     for (int i = 0; i < 100000; ++i) {
-      if (i == 50 && hvd::rank() == 1) raise(mode == "stop" ? SIGSTOP : SIGKILL);
+      if (i == 50 && hvd::rank() == 1) {
+        if (std::getenv("HVD_LOST_RANK_STAMP")) {  // for scripts/measure-lost-rank
+          auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::system_clock::now().time_since_epoch()).count();
+          std::printf("LOST_AT %lld\n", static_cast<long long>(ns));
+          std::fflush(stdout);
+        }
+        raise(mode == "stop" ? SIGSTOP : SIGKILL);
+      }
       hvd::allreduce(v, "loop", hvd::ReduceOp::kSum);
       for (auto& x : v) x = 1.0f;
     }
