@@ -168,8 +168,13 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
         }
       }
       if (left == 0) break;
-      if ((spins & 1023) == 1023 && clock::now() > deadline) break;
-      if (spins > 100000) std::this_thread::yield();
+      if ((spins & 255) == 255 && clock::now() > deadline) break;
+      // Spin briefly (the answer usually comes within microseconds), then give the core away:
+      // ranks share cores with the trainer's compute threads.
+      if (spins > 20000)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      else if (spins > 2000)
+        std::this_thread::yield();
     }
     std::vector<int> missing;
     for (size_t i = 0; i < reqs.size(); ++i)

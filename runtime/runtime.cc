@@ -60,6 +60,10 @@ Runtime::Runtime(const Config& config) : config_(config) {
                                "initialised twice. Call hvd::init() before MPI_Finalize (and once per process).");
   int provided = 0;
   if (!initialized) {
+    // Ranks share cores with the trainer's compute threads (and with each other when
+    // oversubscribed): let Open MPI's progress loop yield the core while it waits. A value the
+    // user or the launcher set is kept.
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
     owns_mpi_ = true;
   } else {
