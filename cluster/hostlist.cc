@@ -15,6 +15,10 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 // Numbers in ranges and counts are bounded well below overflow.
 constexpr uint64_t kMaxNumber = 999'999'999'999'999'999ull;  // 18 digits
 
+// Bound on the characters of all expanded names together: kMaxExpandedHosts alone does not bound
+// memory, since a 4 KB entry such as "<4000 letters>[0-999999]" would expand to 4 GB.
+constexpr size_t kMaxExpandedChars = size_t{64} << 20;
+
 [[noreturn]] void fail(const char* what, const std::string& input, size_t pos,
                        const std::string& expected) {
   throw InvalidArgumentError(std::string("invalid SLURM ") + what + " '" + input +
@@ -94,6 +98,7 @@ std::vector<std::string> parse_group(const std::string& s, size_t& pos, size_t b
 std::vector<std::string> expand_hostlist(const std::string& hostlist) {
   const char* what = "hostlist";
   std::vector<std::string> hosts;
+  size_t chars = 0;
   size_t pos = 0;
   const size_t n = hostlist.size();
   while (pos < n) {
@@ -133,6 +138,10 @@ std::vector<std::string> expand_hostlist(const std::string& hostlist) {
     for (size_t k = 0; k < combos; ++k) {
       std::string name;
       for (size_t p = 0; p < parts.size(); ++p) name += parts[p][idx[p]];
+      chars += name.size();
+      if (chars > kMaxExpandedChars)
+        fail(what, hostlist, entry_start,
+             "expands to more than " + std::to_string(kMaxExpandedChars >> 20) + " MiB of host names");
       hosts.push_back(std::move(name));
       for (size_t p = parts.size(); p-- > 0;) {
         if (++idx[p] < parts[p].size()) break;

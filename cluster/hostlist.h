@@ -14,7 +14,8 @@
 //    ("[01-10]" -> 01..10, "[9-11]" -> 9 10 11), as in SLURM's hostlist.c.
 //  - Malformed input throws hvd::InvalidArgumentError naming the input, the 0-based character
 //    position and what was expected there. An empty (or all-blank) string is an empty list.
-//  - Expansion is bounded (kMaxExpandedHosts names) so that a hostile string cannot exhaust memory.
+//  - Expansion is bounded (kMaxExpandedHosts names, 64 MiB of names in all) so that a hostile
+//    string cannot exhaust memory.
 //  - Pure functions; thread-safe.
 
 #include <cstddef>

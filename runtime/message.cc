@@ -51,7 +51,7 @@ class Reader {
     uint64_t n = pod<uint64_t>();
     if (n > static_cast<uint64_t>(end_ - p_) / sizeof(int64_t)) fail();
     std::vector<int64_t> v(n);
-    std::memcpy(v.data(), p_, n * sizeof(int64_t));
+    if (n) std::memcpy(v.data(), p_, n * sizeof(int64_t));
     p_ += n * sizeof(int64_t);
     return v;
   }
@@ -65,6 +65,12 @@ class Reader {
   const char* p_;
   const char* end_;
 };
+
+Device::Kind device_kind(int32_t v) {
+  if (v != Device::kCPU && v != Device::kCUDA)
+    throw InternalError("corrupt negotiation message (device kind " + std::to_string(v) + "); please report this");
+  return static_cast<Device::Kind>(v);
+}
 
 }  // namespace
 
@@ -118,7 +124,7 @@ std::vector<Request> parse_requests(const char* data, size_t size) {
     r.type = rd.pod<RequestType>();
     r.dtype = rd.pod<DataType>();
     r.reduce_op = rd.pod<ReduceOp>();
-    r.device.kind = static_cast<Device::Kind>(rd.pod<int32_t>());
+    r.device.kind = device_kind(rd.pod<int32_t>());
     r.device.index = rd.pod<int32_t>();
     r.root = rd.pod<int32_t>();
     r.prescale = rd.pod<double>();
@@ -174,7 +180,7 @@ std::vector<Response> parse_responses(const char* data, size_t size) {
     r.first_dims = rd.dims();
     r.dtype = rd.pod<DataType>();
     r.reduce_op = rd.pod<ReduceOp>();
-    r.device_kind = static_cast<Device::Kind>(rd.pod<int32_t>());
+    r.device_kind = device_kind(rd.pod<int32_t>());
     r.root = rd.pod<int32_t>();
     r.prescale = rd.pod<double>();
     r.postscale = rd.pod<double>();

@@ -1,0 +1,137 @@
+#include "flags.h"
+
+#include <boost/program_options.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/idx_reader.h"
+#include "hvd/error.h"
+
+namespace train_cnn {
+namespace {
+
+namespace po = boost::program_options;
+
+[[noreturn]] void bad(const std::string& message) { throw hvd::InvalidArgumentError(message); }
+
+template <class T>
+void require(bool ok, const std::string& flag, T value, const std::string& accepted) {
+  if (ok) return;
+  std::ostringstream os;
+  os << flag << " is " << value << ": " << accepted << ".";
+  bad(os.str());
+}
+
+void require_one_of(const std::string& flag, const std::string& value,
+                    const std::vector<std::string>& accepted) {
+  for (const auto& a : accepted)
+    if (value == a) return;
+  std::string list;
+  for (const auto& a : accepted) list += (list.empty() ? "" : ", ") + a;
+  bad(flag + " is '" + value + "': it must be one of " + list + ".");
+}
+
+constexpr int64_t kBenchmarkDefaultSteps = 100;
+
+}  // namespace
+
+ParsedFlags parse_flags(int argc, const char* const* argv) {
+  ParsedFlags out;
+  Flags& f = out.flags;
+  f.data_dir = data::kDefaultFashionMnistDir;
+
+  po::options_description schedule("Training");
+  schedule.add_options()
+    ("epochs", po::value(&f.epochs)->default_value(f.epochs), "epochs to train (in total, counting a resumed run's earlier epochs)")
+    ("batch-size", po::value(&f.batch_size)->default_value(f.batch_size), "images per replica per step (global batch = this x replicas)")
+    ("lr", po::value(&f.lr)->default_value(f.lr, "0.05"), "learning rate of one replica with its batch; multiplied by the number of replicas")
+    ("no-lr-scaling", po::bool_switch(), "use --lr as it is, whatever the number of replicas")
+    ("lr-decay", po::value(&f.lr_decay)->default_value(f.lr_decay, "0.6"), "multiplicative learning-rate decay per epoch")
+    ("warmup-steps", po::value(&f.warmup_steps)->default_value(f.warmup_steps), "ramp the rate linearly from --lr to the scaled rate over these steps")
+    ("momentum", po::value(&f.momentum)->default_value(f.momentum, "0.9"), "SGD momentum")
+    ("weight-decay", po::value(&f.weight_decay)->default_value(f.weight_decay, "5e-4"), "L2 weight decay")
+    ("hidden", po::value(&f.hidden)->default_value(f.hidden), "width of the hidden dense layer")
+    ("seed", po::value(&f.seed)->default_value(f.seed), "seed of the initialisation and of the per-epoch shuffle")
+    ("max-steps", po::value(&f.max_steps)->default_value(f.max_steps), "stop after this many optimizer steps in total (-1: no limit)")
+    ("strategy", po::value(&f.strategy)->default_value(f.strategy), "auto|mirrored|multi-worker (auto: mirrored on one node, multi-worker on several)")
+    ("device", po::value(&f.device)->default_value(f.device), "auto|cpu|cuda (auto: cuda when built with cuDNN and a GPU is present)");
+
+  po::options_description data_opts("Data");
+  data_opts.add_options()
+    ("data-dir", po::value(&f.data_dir)->default_value(f.data_dir), "Fashion-MNIST IDX files (.gz or plain)")
+    ("synthetic", po::bool_switch(&f.synthetic), "train on a generated, learnable data set instead")
+    ("synthetic-size", po::value(&f.synthetic_size)->default_value(f.synthetic_size), "training images of --synthetic (test set: a sixth of it)")
+    ("test-limit", po::value(&f.test_limit)->default_value(f.test_limit), "evaluate on the first N test images (-1: all, 0: no evaluation)");
+
+  po::options_description ckpt("Checkpoints");
+  ckpt.add_options()
+    ("checkpoint-dir", po::value(&f.checkpoint_dir), "write checkpoints (safetensors, rank 0) here")
+    ("resume", po::bool_switch(&f.resume), "continue from the newest good checkpoint in --checkpoint-dir")
+    ("checkpoint-every-epoch", po::value(&f.checkpoint_every_epoch)->default_value(true)->implicit_value(true),
+     "save at each epoch end (=false: only at the end of the run)")
+    ("keep-checkpoints", po::value(&f.keep_checkpoints)->default_value(f.keep_checkpoints), "checkpoints kept (0: all)");
+
+  po::options_description output("Output");
+  output.add_options()
+    ("benchmark", po::bool_switch(&f.benchmark), "throughput only: no evaluation; print images/s and the communication wait share (100 steps unless --max-steps)")
+    ("benchmark-warmup", po::value(&f.benchmark_warmup)->default_value(f.benchmark_warmup), "steps left out of the benchmark timing")
+    ("metrics-csv", po::value(&f.metrics_csv)->default_value(f.metrics_csv), "per-step and per-epoch metrics, written by rank 0 ('none': off)")
+    ("dump-weights", po::value(&f.dump_weights), "rank 0 writes the final flat parameters as raw little-endian float32")
+    ("log-steps", po::bool_switch(&f.log_steps), "rank 0 prints the loss of every step")
+    ("log-every", po::value(&f.log_every)->default_value(f.log_every), "progress line every N steps when stdout is not a terminal")
+    ("progress", po::value(&f.progress)->default_value(f.progress), "auto|bar|lines: a live bar (auto: when stdout is a terminal) or plain lines")
+    ("help,h", "this help");
+
+  po::options_description all("usage: mpirun -np N train_cnn [flags]\n\n"
+                              "Trains a CNN on Fashion-MNIST with one replica per process");
+  all.add(schedule).add(data_opts).add(ckpt).add(output);
+
+  po::variables_map vm;
+  try {
+    // No positional arguments: a stray word is an error, not silently ignored.
+    const po::positional_options_description none;  // the parser keeps a pointer: not a temporary
+    po::store(po::command_line_parser(argc, argv).options(all).positional(none).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    bad(std::string(e.what()) + " (train_cnn --help lists the flags).");
+  }
+  if (vm.count("help")) {
+    std::ostringstream os;
+    os << all;
+    out.help = true;
+    out.help_text = os.str();
+    return out;
+  }
+  f.lr_scaling = !vm["no-lr-scaling"].as<bool>();
+
+  require(f.epochs >= 1, "--epochs", f.epochs, "it must be at least 1");
+  require(f.batch_size >= 1, "--batch-size", f.batch_size, "it must be at least 1 (images per replica)");
+  require(f.lr > 0, "--lr", f.lr, "it must be positive");
+  require(f.lr_decay > 0 && f.lr_decay <= 1, "--lr-decay", f.lr_decay, "it must be in (0, 1]");
+  require(f.warmup_steps >= 0, "--warmup-steps", f.warmup_steps, "it must be 0 or more");
+  require(f.momentum >= 0 && f.momentum < 1, "--momentum", f.momentum, "it must be in [0, 1)");
+  require(f.weight_decay >= 0, "--weight-decay", f.weight_decay, "it must be 0 or more");
+  require(f.hidden >= 1, "--hidden", f.hidden, "it must be at least 1");
+  require(f.seed >= 0, "--seed", f.seed, "it must be 0 or more");
+  require(f.max_steps >= -1, "--max-steps", f.max_steps, "it must be -1 (no limit) or 0 or more");
+  require(f.synthetic_size >= 1, "--synthetic-size", f.synthetic_size, "it must be at least 1");
+  require(f.test_limit >= -1, "--test-limit", f.test_limit, "it must be -1 (all), 0 (none) or more");
+  require(f.keep_checkpoints >= 0, "--keep-checkpoints", f.keep_checkpoints, "it must be 0 (keep all) or more");
+  require(f.benchmark_warmup >= 0, "--benchmark-warmup", f.benchmark_warmup, "it must be 0 or more");
+  require(f.log_every >= 1, "--log-every", f.log_every, "it must be at least 1");
+  require_one_of("--strategy", f.strategy, {"auto", "mirrored", "multi-worker"});
+  require_one_of("--device", f.device, {"auto", "cpu", "cuda"});
+  require_one_of("--progress", f.progress, {"auto", "bar", "lines"});
+  if (f.data_dir.empty()) bad("--data-dir is empty: give the folder that holds the Fashion-MNIST IDX files.");
+  if (f.metrics_csv.empty()) bad("--metrics-csv is empty: give a file name, or 'none' to write no metrics.");
+  if (f.resume && f.checkpoint_dir.empty())
+    bad("--resume needs --checkpoint-dir: the folder whose newest checkpoint to continue from.");
+  // A benchmark measures a fixed number of steps unless told otherwise.
+  if (f.benchmark && vm["max-steps"].defaulted()) f.max_steps = kBenchmarkDefaultSteps;
+  if (f.synthetic && !vm["data-dir"].defaulted())
+    bad("--synthetic and --data-dir contradict each other: --synthetic trains without reading any data.");
+  return out;
+}
+
+}  // namespace train_cnn

@@ -1,0 +1,63 @@
+#pragma once
+
+// The command line of train_cnn (Boost.Program_options). parse_flags() is pure: it reads argv,
+// validates every value and either returns the flags or throws hvd::InvalidArgumentError with one
+// sentence naming the flag, the value given and what is accepted. It runs before hvd::init(), so
+// every rank rejects a bad command line the same way, at once, without communicating.
+
+#include <cstdint>
+#include <string>
+
+namespace train_cnn {
+
+struct Flags {
+  // Schedule. Defaults: the schedule that reaches 0.919 test accuracy in 5 epochs (MODEL.md).
+  int epochs = 5;
+  int batch_size = 64;        // per replica
+  double lr = 0.05;           // one replica's rate for its batch; x replicas unless !lr_scaling
+  bool lr_scaling = true;
+  double lr_decay = 0.6;      // the rate of epoch e is lr(step) x lr_decay^e
+  int64_t warmup_steps = 0;   // linear ramp from lr to the scaled rate (Goyal et al.)
+  double momentum = 0.9;
+  double weight_decay = 5e-4;
+  int hidden = 512;
+  int64_t seed = 42;          // initialisation and the per-epoch shuffle
+  int64_t max_steps = -1;     // stop after this many optimizer steps in total (-1: no limit)
+
+  std::string strategy = "auto";  // auto | mirrored | multi-worker
+  std::string device = "auto";    // auto | cpu | cuda
+
+  // Data.
+  std::string data_dir;           // default data::kDefaultFashionMnistDir
+  bool synthetic = false;
+  int64_t synthetic_size = 60000; // training images of the synthetic set (test: size / 6)
+  int64_t test_limit = -1;        // evaluate on the first N test images (-1: all, 0: skip)
+
+  // Checkpoints.
+  std::string checkpoint_dir;     // empty: no checkpoints
+  bool resume = false;
+  bool checkpoint_every_epoch = true;
+  int keep_checkpoints = 3;
+
+  // Output.
+  bool benchmark = false;
+  int64_t benchmark_warmup = 5;   // steps left out of the benchmark's timing
+  std::string metrics_csv = "train_cnn_metrics.csv";  // rank 0 only; "none" writes nothing
+  std::string dump_weights;       // rank 0 writes the flat parameters (raw float32 LE) here
+  bool log_steps = false;         // rank 0 prints every step's loss
+  int log_every = 50;             // plain progress lines every N steps (not on a terminal)
+  std::string progress = "auto";  // auto | bar | lines
+};
+
+struct ParsedFlags {
+  Flags flags;
+  bool help = false;       // --help was given: print help_text and exit 0
+  std::string help_text;
+};
+
+// Parses and validates argv. Throws hvd::InvalidArgumentError (message without a trailing
+// newline) for an unknown flag, a missing or malformed value, a value out of range, or flags
+// that contradict each other (--resume without --checkpoint-dir, --synthetic with --data-dir).
+ParsedFlags parse_flags(int argc, const char* const* argv);
+
+}  // namespace train_cnn

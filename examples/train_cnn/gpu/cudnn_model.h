@@ -1,0 +1,151 @@
+#pragma once
+
+// The Fashion-MNIST CNN of model/model.h on one GPU: cuDNN convolution, pooling, activation and
+// softmax, cuBLAS dense layers, a few kernels of our own (bias, loss statistics, SGD). The same
+// network, the same ModelOptions, the same parameter order, names, shapes and flat layout, the
+// same initialisation (drawn on the host by the CPU model's code and copied), the same
+// on_grad_ready contract. What differs: parameters, gradients and activations live in device
+// memory, and the work is asynchronous on stream().
+//
+//   0 conv1.weight [32,1,5,5]   1 conv1.bias [32]   2 conv2.weight [64,32,5,5]   3 conv2.bias [64]
+//   4 fc1.weight [hidden,3136]  5 fc1.bias [hidden] 6 fc2.weight [10,hidden]     7 fc2.bias [10]
+//
+// A training step (data parallel, gradients all-reduced on the device):
+//   net.zero_gradients();
+//   net.enqueue_forward(images, labels, batch);      // host data: staged through pinned memory
+//   net.backward([&](size_t i) {                     // 7, 6, ..., 0, each once
+//     auto& p = net.parameters()[i];                 // p.gradient: device pointer, final in
+//     // stream order: hvd::TensorRef over p.gradient, Device::cuda(net.device()), net.stream()
+//   });
+//   // wait for the all-reduces, then
+//   opt.step(net.flat_parameters(), net.flat_gradients(), lr);   // gpu::SgdMomentum, on device
+//   auto [loss, correct] = net.last_loss();          // waits for the forward pass only
+//
+// Ordering and lifetime: every call queues work on stream() in program order and returns without
+// waiting, except forward(), last_loss(), evaluate() and the copies to and from the host, which
+// wait for the stream. on_grad_ready(i) is called on the calling thread once the kernels producing
+// gradient i are QUEUED: the gradient is final in stream order, not yet on the host. Device input
+// (enqueue_forward_device) is used in place and must stay unchanged until backward() has been
+// queued and the stream has passed it.
+//
+// Deterministic algorithms only (fixed reduction orders, deterministic cuDNN algorithms): the same
+// build, GPU, parameters and batch give bitwise the same loss and gradients. With FP32 math (the
+// default) results agree with the CPU model to about 1e-5 relative; with GpuOptions::allow_tf32
+// to about 1e-3. Not thread-safe: one model per thread.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gpu/context.h"
+#include "gpu/conv2d.h"
+#include "gpu/dense.h"
+#include "gpu/device_buffer.h"
+#include "gpu/maxpool2d.h"
+#include "gpu/relu.h"
+#include "gpu/softmax_cross_entropy.h"
+#include "model/model.h"
+
+namespace train_cnn::gpu {
+
+// One parameter tensor: name and shape as model::ParameterTensor, device pointers into the flat
+// device vectors.
+struct GpuParameterTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  float* value = nullptr;
+  float* gradient = nullptr;
+  int64_t offset = 0;  // within the flat vectors (floats)
+  int64_t size = 0;    // floats
+};
+
+class CudnnModel {
+ public:
+  explicit CudnnModel(const model::ModelOptions& options = {}, const GpuOptions& gpu = {});
+  ~CudnnModel();
+  CudnnModel(const CudnnModel&) = delete;
+  CudnnModel& operator=(const CudnnModel&) = delete;
+
+  const model::ModelOptions& options() const { return options_; }
+  const GpuOptions& gpu_options() const { return context_.options(); }
+  int device() const { return context_.device(); }
+  cudaStream_t stream() const { return context_.stream(); }
+  CudaContext& context() { return context_; }
+  int64_t input_size() const { return conv1_.input_size(); }
+  int num_classes() const { return options_.num_classes; }
+
+  // The CPU model's initialisation for this seed (model::Model::initialize), copied to the device.
+  void initialize(uint64_t seed);
+
+  const std::vector<GpuParameterTensor>& parameters() const { return parameters_; }
+  float* flat_parameters() { return params_.data(); }
+  float* flat_gradients() { return grads_.data(); }
+  int64_t num_parameters() const { return num_parameters_; }
+
+  void zero_gradients();
+
+  // images [batch, C, H, W] and labels [batch] on the host (checked as on the CPU); waits for the
+  // loss. batch may be 0.
+  model::LossResult forward(std::span<const float> images, std::span<const int32_t> labels,
+                            int batch);
+  // The same without waiting: the host buffers may be reused when this returns.
+  void enqueue_forward(std::span<const float> images, std::span<const int32_t> labels, int batch);
+  // The same from device memory (labels int32; an invalid label is reported by last_loss()).
+  void enqueue_forward_device(const float* images, const int32_t* labels, int batch);
+  // Waits for the last forward pass and returns its loss and correct count.
+  model::LossResult last_loss();
+
+  // Back-propagates the last forward pass; see the file comment for on_grad_ready.
+  void backward(const std::function<void(size_t)>& on_grad_ready = {});
+
+  // Mean loss and accuracy over a host data set, in chunks of batch (no gradients).
+  model::Model::Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels,
+                                    int64_t count, int batch = 256);
+
+  // Copies between the flat device vectors and host vectors of num_parameters() floats (for
+  // broadcasts from rank 0, checkpoints and tests); they wait for the stream.
+  void copy_parameters_to_host(std::span<float> out);
+  void copy_parameters_from_host(std::span<const float> in);
+  void copy_gradients_to_host(std::span<float> out);
+  // Logits of the last forward pass, [batch, num_classes], copied to the host.
+  std::vector<float> logits_to_host();
+
+ private:
+  void reserve_activations(int batch);
+  void run_forward(const float* images, const int32_t* labels, int batch);
+
+  model::ModelOptions options_;
+  std::unique_ptr<model::Model> host_model_;  // layout and initialisation, on the host
+  CudaContext context_;
+  CudnnConv2d conv1_;
+  CudnnRelu relu1_;
+  CudnnMaxPool2d pool1_;
+  CudnnConv2d conv2_;
+  CudnnRelu relu2_;
+  CudnnMaxPool2d pool2_;
+  CublasDense fc1_;
+  CudnnRelu relu3_;
+  CublasDense fc2_;
+  CudnnSoftmaxCrossEntropy loss_;
+
+  int64_t num_parameters_ = 0;
+  DeviceArray<float> params_, grads_;
+  std::vector<GpuParameterTensor> parameters_;
+
+  int batch_ = -1;     // of the last forward pass; -1 before the first
+  int capacity_ = 0;   // batch the activation buffers hold
+  const float* input_ptr_ = nullptr;  // the last forward pass's images (staged or the caller's)
+  // Activations (ReLU in place on a1, a2, h) and gradient scratch, all [capacity, ...].
+  DeviceArray<float> input_, a1_, p1_, a2_, p2_, h_, logits_;
+  DeviceArray<float> d_logits_, d_h_, d_p2_, d_a2_, d_p1_, d_a1_;
+  DeviceArray<int32_t> labels_;
+  // Host staging of enqueue_forward: pinned, reused once the previous copy has landed.
+  PinnedArray<float> staged_images_;
+  PinnedArray<int32_t> staged_labels_;
+  cudaEvent_t staged_copied_ = nullptr;
+};
+
+}  // namespace train_cnn::gpu

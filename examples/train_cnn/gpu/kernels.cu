@@ -1,0 +1,156 @@
+#include "gpu/kernels.h"
+
+#include <climits>
+
+#include "gpu/check.h"
+
+namespace train_cnn::gpu {
+namespace {
+
+constexpr int kThreads = 256;  // a power of two: the tree reductions below rely on it
+
+int blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
+}
+
+__global__ void bias_add_kernel(float* y, const float* bias, int64_t total, int channels,
+                                int spatial) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int c = static_cast<int>((i / spatial) % channels);
+    y[i] = __fadd_rn(y[i], bias[c]);
+  }
+}
+
+// One block per channel.
+__global__ void bias_grad_kernel(const float* dy, float* bias_grad, int batch, int channels,
+                                 int spatial) {
+  __shared__ float partial[kThreads];
+  const int c = blockIdx.x;
+  const int64_t per_channel = int64_t{batch} * spatial;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < per_channel; i += kThreads) {
+    const int64_t n = i / spatial, s = i % spatial;
+    sum += dy[(n * channels + c) * spatial + s];
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) bias_grad[c] += partial[0];
+}
+
+__global__ void cross_entropy_stats_kernel(const float* logits, const float* log_probs,
+                                           const int32_t* labels, int batch, int classes,
+                                           LossStats* stats) {
+  __shared__ double loss[kThreads];
+  __shared__ long long correct[kThreads];
+  __shared__ int bad[kThreads];
+  double my_loss = 0.0;
+  long long my_correct = 0;
+  int my_bad = INT_MAX;
+  for (int n = threadIdx.x; n < batch; n += kThreads) {
+    const int label = labels[n];
+    if (label < 0 || label >= classes) {
+      my_bad = min(my_bad, n);
+      continue;
+    }
+    const float* z = logits + static_cast<int64_t>(n) * classes;
+    int best = 0;
+    for (int c = 1; c < classes; ++c) {
+      if (z[c] > z[best]) best = c;
+    }
+    my_loss -= static_cast<double>(log_probs[static_cast<int64_t>(n) * classes + label]);
+    if (best == label) ++my_correct;
+  }
+  loss[threadIdx.x] = my_loss;
+  correct[threadIdx.x] = my_correct;
+  bad[threadIdx.x] = my_bad;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (threadIdx.x < width) {
+      loss[threadIdx.x] += loss[threadIdx.x + width];
+      correct[threadIdx.x] += correct[threadIdx.x + width];
+      bad[threadIdx.x] = min(bad[threadIdx.x], bad[threadIdx.x + width]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    stats->loss_sum = loss[0];
+    stats->correct = correct[0];
+    stats->bad_sample = bad[0] == INT_MAX ? -1 : bad[0];
+    stats->bad_label = bad[0] == INT_MAX ? 0 : labels[bad[0]];
+  }
+}
+
+__global__ void cross_entropy_backward_kernel(const float* log_probs, const int32_t* labels,
+                                              int batch, int classes, float* dlogits) {
+  const float scale = 1.0f / static_cast<float>(batch);
+  const int64_t total = int64_t{batch} * classes;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int n = static_cast<int>(i / classes), c = static_cast<int>(i % classes);
+    float d = __fmul_rn(expf(log_probs[i]), scale);
+    if (labels[n] == c) d = __fsub_rn(d, scale);
+    dlogits[i] = d;
+  }
+}
+
+__global__ void sgd_momentum_kernel(float* params, const float* grads, float* velocity, int64_t n,
+                                    float lr, float mu, float wd, bool nesterov) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float p = params[i];
+    const float g = __fadd_rn(grads[i], __fmul_rn(wd, p));
+    const float v = __fadd_rn(__fmul_rn(mu, velocity[i]), g);
+    velocity[i] = v;
+    const float update = nesterov ? __fadd_rn(g, __fmul_rn(mu, v)) : v;
+    params[i] = __fsub_rn(p, __fmul_rn(lr, update));
+  }
+}
+
+}  // namespace
+
+void bias_add(float* y, const float* bias, int batch, int channels, int spatial,
+              cudaStream_t stream) {
+  const int64_t total = int64_t{batch} * channels * spatial;
+  if (total == 0) return;
+  bias_add_kernel<<<blocks_for(total), kThreads, 0, stream>>>(y, bias, total, channels, spatial);
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void bias_grad(const float* dy, float* bias_grad_out, int batch, int channels, int spatial,
+               cudaStream_t stream) {
+  if (batch == 0 || channels == 0 || spatial == 0) return;
+  bias_grad_kernel<<<channels, kThreads, 0, stream>>>(dy, bias_grad_out, batch, channels, spatial);
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void cross_entropy_stats(const float* logits, const float* log_probs, const int32_t* labels,
+                         int batch, int classes, LossStats* stats, cudaStream_t stream) {
+  cross_entropy_stats_kernel<<<1, kThreads, 0, stream>>>(logits, log_probs, labels, batch, classes,
+                                                         stats);
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void cross_entropy_backward(const float* log_probs, const int32_t* labels, int batch, int classes,
+                            float* dlogits, cudaStream_t stream) {
+  const int64_t total = int64_t{batch} * classes;
+  if (total == 0) return;
+  cross_entropy_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(log_probs, labels,
+                                                                           batch, classes, dlogits);
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void sgd_momentum_step(float* params, const float* grads, float* velocity, int64_t n, float lr,
+                       float momentum, float weight_decay, bool nesterov, cudaStream_t stream) {
+  if (n == 0) return;
+  sgd_momentum_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grads, velocity, n, lr,
+                                                              momentum, weight_decay, nesterov);
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace train_cnn::gpu

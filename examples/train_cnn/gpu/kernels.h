@@ -1,0 +1,48 @@
+#pragma once
+
+// The few kernels of the GPU model that cuDNN and cuBLAS do not provide (gpu/kernels.cu). Each is
+// queued on `stream` and checked at launch (CNN_CUDA_CHECK(cudaGetLastError())). Every reduction
+// runs in a fixed order (per-thread strided loop, then a shared-memory tree over a fixed block
+// size, no atomics), so results are bitwise reproducible for a given batch.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace train_cnn::gpu {
+
+// y[n, c, s] += bias[c] for a [batch, channels, spatial] tensor (dense layers: spatial = 1).
+void bias_add(float* y, const float* bias, int batch, int channels, int spatial,
+              cudaStream_t stream);
+
+// bias_grad[c] += sum over n and s of dy[n, c, s].
+void bias_grad(const float* dy, float* bias_grad, int batch, int channels, int spatial,
+               cudaStream_t stream);
+
+// What one softmax cross-entropy forward pass returns to the host.
+struct LossStats {
+  double loss_sum = 0.0;    // sum over the valid samples of -log softmax(z)[label]
+  long long correct = 0;    // samples whose first arg-max logit equals the label
+  int bad_sample = -1;      // first sample with a label outside [0, classes), -1 when none
+  int bad_label = 0;        // its label
+};
+
+// From the logits z and log_probs = log softmax(z) (cuDNN, CUDNN_SOFTMAX_LOG) of a
+// [batch, classes] block and int32 labels, writes *stats (device memory). One block.
+void cross_entropy_stats(const float* logits, const float* log_probs, const int32_t* labels,
+                         int batch, int classes, LossStats* stats, cudaStream_t stream);
+
+// dlogits = (exp(log_probs) - onehot(label)) / batch, written in the CPU model's order of float
+// operations (p * (1/N), then minus 1/N at the label). A row with an invalid label gets no
+// one-hot term (the forward pass already reported it).
+void cross_entropy_backward(const float* log_probs, const int32_t* labels, int batch, int classes,
+                            float* dlogits, cudaStream_t stream);
+
+// One SGD-with-momentum step over n floats, the rule of model/sgd_momentum.h:
+//   g = grad + wd * p;  v = mu * v + g;  p -= lr * (nesterov ? g + mu * v : v)
+// with each multiply and add rounded separately (no fused multiply-add), so it matches the CPU
+// optimizer bit for bit.
+void sgd_momentum_step(float* params, const float* grads, float* velocity, int64_t n, float lr,
+                       float momentum, float weight_decay, bool nesterov, cudaStream_t stream);
+
+}  // namespace train_cnn::gpu

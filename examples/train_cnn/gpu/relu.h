@@ -1,0 +1,37 @@
+#pragma once
+
+// ReLU on the GPU with cuDNN (cudnnActivationForward/Backward, CUDNN_ACTIVATION_RELU, NaN
+// propagated): the function of model/relu.h. In-place use (x == y, dy == dx) is allowed, as on the
+// CPU; backward() needs only the forward OUTPUT y (passed to cuDNN as both y and x: y > 0 exactly
+// where x > 0), so the forward pass may overwrite its input. Device pointers; queued on the
+// context's stream. One instance per place in the network: the per-sample shape [C, H, W] is fixed
+// at construction (the descriptors carry the real NCHW shape, as cuDNN expects).
+
+#include <cstdint>
+
+#include "gpu/context.h"
+#include "gpu/device_buffer.h"
+
+namespace train_cnn::gpu {
+
+class CudnnRelu {
+ public:
+  CudnnRelu(CudaContext& context, int channels, int height, int width);
+
+  int64_t size() const { return int64_t{channels_} * height_ * width_; }  // per sample
+
+  void forward(const float* x, float* y, int batch);
+  // dx = dy where y > 0, else 0.
+  void backward(const float* y, const float* dy, float* dx, int batch);
+
+ private:
+  void set_batch(int batch);
+
+  CudaContext& context_;
+  int channels_, height_, width_;
+  ActivationDescriptor act_desc_;
+  TensorDescriptor desc_;
+  int batch_ = -1;
+};
+
+}  // namespace train_cnn::gpu

@@ -1,0 +1,89 @@
+#pragma once
+
+// The seam between the trainer and the device the model runs on.
+//
+// Network is what the trainer sees of one replica: a model plus its SGD-with-momentum optimizer on
+// one device. The trainer never looks inside; it feeds host batches, hands each gradient to the
+// strategy as the backward pass finishes it, and steps the optimizer. CpuNetwork wraps
+// model::Model and model::SgdMomentum (OpenBLAS). A GPU network (wrapping
+// train_cnn::gpu::CudnnModel, see make_network() in network.cc) implements the same interface:
+// its gradient() refs point to device memory with the stream they are produced on, and its
+// state() lives in host mirrors that state_to_host()/state_from_host() synchronise.
+//
+// Not thread-safe: one Network per training thread.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hvd/checkpoint.h"
+#include "hvd/tensor.h"
+#include "model/model.h"
+
+namespace train_cnn {
+
+enum class DeviceKind { kCpu, kCuda };
+
+// Where this rank's replica runs.
+struct DeviceChoice {
+  DeviceKind kind = DeviceKind::kCpu;
+  int index = 0;             // CUDA device (local rank modulo the visible devices)
+  std::string description;   // e.g. "cpu (OpenBLAS, 1 thread)"
+};
+
+// Resolves --device (auto|cpu|cuda) for the rank with this local rank: auto is cuda when this
+// build has the cuDNN model and a CUDA device is visible, else cpu; cuda when either is missing is
+// an hvd::InvalidArgumentError that says which and how to fix it.
+DeviceChoice resolve_device(const std::string& requested, int local_rank);
+
+struct NetworkOptions {
+  model::ModelOptions model;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+};
+
+class Network {
+ public:
+  virtual ~Network() = default;
+
+  virtual std::string description() const = 0;
+  virtual int64_t num_parameters() const = 0;
+  // Parameter tensor names in forward order (conv1.weight, ..., fc2.bias).
+  virtual std::vector<std::string> parameter_names() const = 0;
+
+  // Same seed -> same parameters on every rank.
+  virtual void initialize(uint64_t seed) = 0;
+
+  // One training step: zero_gradients(); forward(host batch); backward(on_grad_ready) calls
+  // on_grad_ready(i) once per parameter, last layer first, when gradient(i) is final; after the
+  // gradients are averaged, optimizer_step(lr).
+  virtual void zero_gradients() = 0;
+  virtual model::LossResult forward(std::span<const float> images, std::span<const int32_t> labels,
+                                    int batch) = 0;
+  virtual void backward(const std::function<void(size_t)>& on_grad_ready) = 0;
+  virtual hvd::TensorRef gradient(size_t i) = 0;
+  virtual void optimizer_step(float lr) = 0;
+
+  // Loss and accuracy over count host images, no gradients.
+  virtual model::Model::Evaluation evaluate(std::span<const float> images,
+                                            std::span<const int32_t> labels, int64_t count) = 0;
+
+  // The replica's state as host tensors: the parameters under their own names, then the
+  // optimizer's velocity as "optimizer.velocity.<name>". What broadcasts and checkpoints carry.
+  // Read them after state_to_host(); after writing them call state_from_host().
+  virtual std::vector<hvd::NamedTensor> state() = 0;
+  virtual void state_to_host() {}
+  virtual void state_from_host() {}
+
+  // The flat parameter vector in host memory (after state_to_host()).
+  virtual std::span<const float> flat_parameters() = 0;
+};
+
+// The network for a resolved device. Throws hvd::InvalidArgumentError for a device this build
+// cannot drive.
+std::unique_ptr<Network> make_network(const DeviceChoice& device, const NetworkOptions& options);
+
+}  // namespace train_cnn

@@ -1,0 +1,460 @@
+#include "trainer.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "data/idx_reader.h"
+#include "data/synthetic.h"
+
+namespace train_cnn {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::string format(const char* fmt, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+// The 1-minute load average, for benchmark lines on a shared machine ("" where unknown).
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string one;
+  if (in >> one) return one;
+  return "";
+}
+
+// The metadata value of key, or a AllRanksError naming the checkpoint and the missing key.
+std::string meta(const std::map<std::string, std::string>& m, const std::string& key,
+                 const std::string& dir) {
+  auto it = m.find(key);
+  if (it == m.end())
+    throw AllRanksError("--resume: the newest checkpoint in '" + dir + "' has no '" + key +
+                     "' in its metadata: it was not written by train_cnn. Use another "
+                     "--checkpoint-dir or drop --resume.");
+  return it->second;
+}
+
+int64_t meta_int(const std::map<std::string, std::string>& m, const std::string& key,
+                 const std::string& dir) {
+  const std::string v = meta(m, key, dir);
+  try {
+    size_t used = 0;
+    const long long x = std::stoll(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  throw AllRanksError("--resume: the newest checkpoint in '" + dir + "' has '" + key + "' = '" + v +
+                   "', not an integer.");
+}
+
+}  // namespace
+
+struct Trainer::StepResult {
+  double loss = 0;      // mean over the global batch
+  double accuracy = 0;  // over the global batch
+  double seconds = 0;   // wall time of the step on this rank
+  double wait = 0;      // of which waiting in synchronize_gradients()
+};
+
+Trainer::Trainer(const Flags& flags) : flags_(flags) {
+  rank_ = hvd::rank();
+  size_ = hvd::size();
+  const bool terminal = flags_.progress == "auto" ? stdout_is_terminal() : flags_.progress == "bar";
+  progress_ = std::make_unique<Progress>(rank_ == 0, terminal, flags_.log_every, flags_.log_steps);
+  std::string local_error;
+  try {
+    setup_local();
+  } catch (const std::exception& e) {
+    local_error = e.what();
+    if (local_error.empty()) local_error = "unknown error";
+  }
+  agree_on_setup(local_error);
+
+  // The same decision on every rank (cross_size is global), so a constructor error is raised by
+  // every rank alike.
+  hvd::StrategyOptions so;
+  so.base_learning_rate = flags_.lr;
+  so.scale_learning_rate = flags_.lr_scaling;
+  so.warmup_steps = flags_.warmup_steps;
+  so.shuffle_seed = static_cast<uint64_t>(flags_.seed);
+  std::string kind = flags_.strategy;
+  if (kind == "auto") kind = hvd::cross_size() > 1 ? "multi-worker" : "mirrored";
+  try {
+    if (kind == "mirrored") {
+      strategy_ = std::make_unique<hvd::MirroredStrategy>(so);
+      strategy_name_ = "MirroredStrategy";
+    } else {
+      auto mw = std::make_unique<hvd::MultiWorkerMirroredStrategy>(so);
+      strategy_name_ = std::string("MultiWorkerMirroredStrategy") +
+                       (mw->hierarchical() ? " (hierarchical all-reduce)" : "");
+      strategy_ = std::move(mw);
+    }
+  } catch (const hvd::InvalidArgumentError& e) {
+    throw AllRanksError(std::string("--strategy ") + flags_.strategy + ": " + e.what());
+  }
+  if (strategy_->shard(train_.count, flags_.batch_size, 0).steps == 0)
+    throw AllRanksError("the training set has " + std::to_string(train_.count) +
+                     " images, fewer than one global batch of " +
+                     std::to_string(strategy_->global_batch(flags_.batch_size)) + " (--batch-size " +
+                     std::to_string(flags_.batch_size) + " x " + std::to_string(size_) +
+                     " replicas): lower --batch-size or use fewer ranks.");
+
+  // Same seed everywhere, and rank 0's state broadcast anyway: every replica starts identical.
+  net_->initialize(static_cast<uint64_t>(flags_.seed));
+  strategy_->broadcast_parameters(net_->state());
+  net_->state_from_host();
+  if (flags_.resume) resume();
+
+  if (rank_ == 0 && flags_.metrics_csv != "none") {
+    // Opened after the agreement's check that it can be (setup_local), appending on resume.
+    csv_ = MetricsCsv(flags_.metrics_csv, flags_.resume && global_step_ > 0);
+  }
+  const int64_t global_batch = strategy_->global_batch(flags_.batch_size);
+  std::ostringstream os;
+  os << "train_cnn: " << size_ << (size_ == 1 ? " replica" : " replicas") << " (" << strategy_name_
+     << ") on " << device_.description << "; " << describe_data() << "; batch "
+     << flags_.batch_size << " per replica, " << global_batch << " global; lr "
+     << strategy_->learning_rate(0) << " -> " << strategy_->learning_rate(flags_.warmup_steps)
+     << (flags_.warmup_steps > 0 ? " over " + std::to_string(flags_.warmup_steps) + " warm-up steps"
+                                 : std::string())
+     << ", x" << flags_.lr_decay << " per epoch; " << net_->num_parameters() << " parameters";
+  progress_->line(os.str());
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::setup_local() {
+  device_ = resolve_device(flags_.device, hvd::local_rank());
+  const bool need_test = !flags_.benchmark && flags_.test_limit != 0;
+  if (flags_.synthetic) {
+    train_ = data::make_synthetic(flags_.synthetic_size, static_cast<uint64_t>(flags_.seed));
+    if (need_test)
+      test_ = data::make_synthetic(std::max<int64_t>(1, flags_.synthetic_size / 6),
+                                   static_cast<uint64_t>(flags_.seed) + 1);
+  } else {
+    train_ = data::load_fashion_mnist(flags_.data_dir, data::Split::kTrain);
+    if (need_test) test_ = data::load_fashion_mnist(flags_.data_dir, data::Split::kTest);
+  }
+  NetworkOptions no;
+  no.model.in_channels = train_.channels;
+  no.model.height = train_.rows;
+  no.model.width = train_.cols;
+  no.model.num_classes = train_.num_classes;
+  no.model.hidden = flags_.hidden;
+  no.momentum = static_cast<float>(flags_.momentum);
+  no.weight_decay = static_cast<float>(flags_.weight_decay);
+  net_ = make_network(device_, no);
+  names_ = net_->parameter_names();
+  batch_images_.resize(static_cast<size_t>(flags_.batch_size * train_.image_size()));
+  batch_labels_.resize(static_cast<size_t>(flags_.batch_size));
+  step_metrics_.assign(3, 0.0);
+  if (!flags_.checkpoint_dir.empty())
+    checkpointer_.emplace(flags_.checkpoint_dir, flags_.keep_checkpoints);
+  if (rank_ == 0 && flags_.metrics_csv != "none") {
+    // Fail now, together with the other ranks, rather than after the first epoch.
+    MetricsCsv probe(flags_.metrics_csv, /*append=*/true);
+  }
+}
+
+void Trainer::agree_on_setup(const std::string& local_error) {
+  // {ok, training images}: a rank that failed, or ranks that read different data, stop everyone.
+  std::vector<int64_t> mine{local_error.empty() ? 1 : 0, local_error.empty() ? train_.count : -1};
+  const std::vector<int64_t> all = hvd::allgather(mine, "train_cnn.setup");
+  std::string failed;
+  int64_t count = -1;
+  bool counts_differ = false;
+  for (int r = 0; r < size_; ++r) {
+    if (all[2 * r] == 0) {
+      failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+    } else if (count < 0) {
+      count = all[2 * r + 1];
+    } else if (all[2 * r + 1] != count) {
+      counts_differ = true;
+    }
+  }
+  if (!local_error.empty()) throw AllRanksError(local_error);
+  if (!failed.empty())
+    throw AllRanksError("rank " + failed + " failed to set up (its own message says why); stopping.");
+  if (counts_differ) {
+    std::string list;
+    for (int r = 0; r < size_; ++r)
+      list += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + ": " +
+              std::to_string(all[2 * r + 1]);
+    throw AllRanksError("the ranks loaded training sets of different sizes (" + list +
+                     "): point every rank at the same --data-dir.");
+  }
+}
+
+std::string Trainer::describe_data() const {
+  std::string what = flags_.synthetic ? "synthetic data" : "Fashion-MNIST from " + flags_.data_dir;
+  what += " (" + std::to_string(train_.count) + " training";
+  if (test_.count > 0) what += ", " + std::to_string(test_.count) + " test";
+  return what + " images)";
+}
+
+void Trainer::resume() {
+  const std::optional<int64_t> step = checkpointer_->restore_latest(net_->state());
+  if (!step) {
+    progress_->line("train_cnn: --resume: no checkpoint in '" + flags_.checkpoint_dir +
+                    "' yet; starting from scratch.");
+    return;
+  }
+  net_->state_from_host();
+  const auto& m = checkpointer_->last_metadata();
+  const std::string& dir = flags_.checkpoint_dir;
+  // The data order of a step depends on (seed, epoch, global batch, training set): all must match
+  // for the resumed run to see the samples the interrupted one would have.
+  const int64_t seed = meta_int(m, "seed", dir);
+  const int64_t global_batch = meta_int(m, "global_batch", dir);
+  const int64_t images = meta_int(m, "train_images", dir);
+  const int64_t want_batch = strategy_->global_batch(flags_.batch_size);
+  if (seed != flags_.seed)
+    throw AllRanksError("--resume: the checkpoint of step " + std::to_string(*step) + " in '" + dir +
+                     "' was trained with --seed " + std::to_string(seed) + ", this run has --seed " +
+                     std::to_string(flags_.seed) + ": pass --seed " + std::to_string(seed) + ".");
+  if (global_batch != want_batch)
+    throw AllRanksError("--resume: the checkpoint of step " + std::to_string(*step) + " in '" + dir +
+                     "' was trained with a global batch of " + std::to_string(global_batch) +
+                     ", this run has " + std::to_string(want_batch) + " (--batch-size " +
+                     std::to_string(flags_.batch_size) + " x " + std::to_string(size_) +
+                     " replicas): choose --batch-size so that the global batch is " +
+                     std::to_string(global_batch) + ".");
+  if (images != train_.count)
+    throw AllRanksError("--resume: the checkpoint in '" + dir + "' was trained on " +
+                     std::to_string(images) + " training images, this run has " +
+                     std::to_string(train_.count) + ": use the same data (--data-dir, --synthetic-size).");
+  global_step_ = *step;
+  start_epoch_ = static_cast<int>(meta_int(m, "epoch", dir));
+  start_step_in_epoch_ = meta_int(m, "step_in_epoch", dir);
+  last_saved_step_ = global_step_;
+  progress_->line("train_cnn: resumed from " + checkpointer_->path_for(*step) + " (step " +
+                  std::to_string(*step) + ", epoch " + std::to_string(start_epoch_ + 1) +
+                  (start_step_in_epoch_ ? " at step " + std::to_string(start_step_in_epoch_)
+                                        : std::string(" from its start")) +
+                  ")");
+}
+
+Trainer::StepResult Trainer::train_step(const std::vector<int64_t>& rows, double lr) {
+  StepResult out;
+  const auto t0 = Clock::now();
+  const double wait0 = strategy_->wait_seconds();
+  const int b = static_cast<int>(rows.size());
+  data::gather_batch(train_, rows, batch_images_, batch_labels_);
+
+  strategy_->begin_step();
+  net_->zero_gradients();
+  const model::LossResult r = net_->forward(batch_images_, batch_labels_, b);
+  // The global-batch loss and accuracy travel while the backward pass runs.
+  step_metrics_ = {r.loss * b, static_cast<double>(r.correct), static_cast<double>(b)};
+  hvd::Handle metrics = hvd::allreduce_async(std::span<double>(step_metrics_), "train_cnn.step_metrics",
+                                             hvd::ReduceOp::kSum);
+  net_->backward([&](size_t i) { strategy_->gradient_ready(names_[i], net_->gradient(i)); });
+  strategy_->synchronize_gradients();
+  metrics.wait();
+  out.loss = step_metrics_[0] / step_metrics_[2];
+  out.accuracy = step_metrics_[1] / step_metrics_[2];
+  // Identical on every rank (the all-reduced value), so every rank stops alike.
+  if (!std::isfinite(out.loss))
+    throw AllRanksError("the training loss became " + format("%g", out.loss) + " at step " +
+                     std::to_string(global_step_ + 1) + " (lr " + format("%g", lr) +
+                     "): lower --lr or add --warmup-steps.");
+  net_->optimizer_step(static_cast<float>(lr));
+  out.seconds = seconds_since(t0);
+  out.wait = strategy_->wait_seconds() - wait0;
+  return out;
+}
+
+model::Model::Evaluation Trainer::evaluate_test(int epoch) {
+  const int64_t n = flags_.test_limit < 0 ? test_.count : std::min(flags_.test_limit, test_.count);
+  const int64_t begin = n * rank_ / size_, end = n * (rank_ + 1) / size_;
+  const int64_t isz = test_.image_size();
+  model::Model::Evaluation local = net_->evaluate(
+      std::span<const float>(test_.images).subspan(begin * isz, (end - begin) * isz),
+      std::span<const int32_t>(test_.labels).subspan(begin, end - begin), end - begin);
+  std::vector<double> sums{local.loss * local.count, std::round(local.accuracy * local.count),
+                           static_cast<double>(local.count)};
+  hvd::allreduce(sums, "train_cnn.eval." + std::to_string(epoch), hvd::ReduceOp::kSum);
+  model::Model::Evaluation global;
+  global.count = static_cast<int64_t>(sums[2]);
+  if (global.count > 0) {
+    global.loss = sums[0] / sums[2];
+    global.accuracy = sums[1] / sums[2];
+  }
+  return global;
+}
+
+void Trainer::save_checkpoint(int next_epoch, int64_t step_in_epoch) {
+  if (!checkpointer_ || last_saved_step_ == global_step_) return;
+  net_->state_to_host();
+  const std::map<std::string, std::string> metadata{
+      {"epoch", std::to_string(next_epoch)},
+      {"step_in_epoch", std::to_string(step_in_epoch)},
+      {"seed", std::to_string(flags_.seed)},
+      {"global_batch", std::to_string(strategy_->global_batch(flags_.batch_size))},
+      {"train_images", std::to_string(train_.count)},
+      {"replicas", std::to_string(size_)},
+      {"data", flags_.synthetic ? "synthetic" : flags_.data_dir},
+      {"program", "train_cnn"}};
+  checkpointer_->save(global_step_, net_->state(), metadata);
+  last_saved_step_ = global_step_;
+  progress_->line("checkpoint: saved step " + std::to_string(global_step_) + " to " +
+                  checkpointer_->path_for(global_step_));
+}
+
+void Trainer::dump_weights() {
+  net_->state_to_host();
+  if (rank_ != 0 || flags_.dump_weights.empty()) return;
+  static_assert(std::endian::native == std::endian::little, "--dump-weights writes host floats as little-endian");
+  const std::span<const float> w = net_->flat_parameters();
+  std::ofstream out(flags_.dump_weights, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size_bytes()));
+  out.close();
+  if (!out)
+    throw hvd::InvalidArgumentError("--dump-weights: cannot write '" + flags_.dump_weights +
+                                    "': check that its folder exists and is writable.");
+}
+
+TrainSummary Trainer::run() {
+  TrainSummary sum;
+  const bool evaluate = !flags_.benchmark && flags_.test_limit != 0;
+  const int64_t global_batch = strategy_->global_batch(flags_.batch_size);
+  double train_seconds = 0, train_wait = 0;    // this run
+  double bench_seconds = 0, bench_wait = 0;    // this run after the benchmark's warm-up steps
+  int64_t bench_steps = 0;
+  bool stop = false;
+  bool evaluated_last = false;
+  const auto run_start = Clock::now();
+  int epoch = start_epoch_;
+  int64_t step_in_epoch = start_step_in_epoch_;
+  for (; epoch < flags_.epochs && !stop; ++epoch, step_in_epoch = 0) {
+    const hvd::Shard shard = strategy_->shard(train_.count, flags_.batch_size, epoch);
+    const double decay = std::pow(flags_.lr_decay, epoch);
+    StepStats s;
+    s.epoch = epoch;
+    s.epochs = flags_.epochs;
+    s.steps_in_epoch = shard.steps;
+    double epoch_seconds = 0, epoch_wait = 0, loss_sum = 0, acc_sum = 0, lr = 0;
+    int64_t epoch_steps = 0;
+    for (; step_in_epoch < shard.steps; ++step_in_epoch) {
+      if (flags_.max_steps >= 0 && global_step_ >= flags_.max_steps) {
+        stop = true;
+        break;
+      }
+      lr = strategy_->learning_rate(global_step_) * decay;
+      const StepResult r = train_step(shard.batch(step_in_epoch), lr);
+      ++global_step_;
+      ++sum.steps_this_run;
+      ++epoch_steps;
+      epoch_seconds += r.seconds;
+      epoch_wait += r.wait;
+      loss_sum += r.loss;
+      acc_sum += r.accuracy;
+      if (sum.steps_this_run > flags_.benchmark_warmup) {
+        bench_seconds += r.seconds;
+        bench_wait += r.wait;
+        ++bench_steps;
+      }
+      s.step_in_epoch = step_in_epoch + 1;
+      s.global_step = global_step_;
+      s.loss = r.loss;
+      s.accuracy = r.accuracy;
+      s.epoch_loss = loss_sum / epoch_steps;
+      s.epoch_accuracy = acc_sum / epoch_steps;
+      s.images_per_s = epoch_seconds > 0 ? epoch_steps * global_batch / epoch_seconds : 0;
+      s.lr = lr;
+      s.wait_share = epoch_seconds > 0 ? epoch_wait / epoch_seconds : 0;
+      progress_->step(s);
+      csv_.step(s, r.seconds > 0 ? global_batch / r.seconds : 0,
+                r.seconds > 0 ? r.wait / r.seconds : 0);
+    }
+    train_seconds += epoch_seconds;
+    train_wait += epoch_wait;
+    if (step_in_epoch < shard.steps) break;  // --max-steps stopped the run inside this epoch
+
+    EpochStats e;
+    e.epoch = epoch;
+    e.epochs = flags_.epochs;
+    e.global_step = global_step_;
+    e.train_loss = epoch_steps ? loss_sum / epoch_steps : 0;
+    e.train_accuracy = epoch_steps ? acc_sum / epoch_steps : 0;
+    e.images_per_s = epoch_seconds > 0 ? epoch_steps * global_batch / epoch_seconds : 0;
+    e.lr = lr;
+    e.wait_share = epoch_seconds > 0 ? epoch_wait / epoch_seconds : 0;
+    e.seconds = epoch_seconds;
+    if (evaluate) {
+      const model::Model::Evaluation ev = evaluate_test(epoch);
+      e.evaluated = true;
+      e.test_loss = ev.loss;
+      e.test_accuracy = ev.accuracy;
+      sum.evaluated = true;
+      sum.test_loss = ev.loss;
+      sum.test_accuracy = ev.accuracy;
+    }
+    evaluated_last = e.evaluated;
+    progress_->epoch_end(e);
+    csv_.epoch(e);
+    sum.epochs_done = epoch + 1;
+    if (flags_.checkpoint_every_epoch) save_checkpoint(epoch + 1, 0);
+  }
+  // Stopped inside an epoch (--max-steps), or the epochs were already done (a resumed run).
+  if (evaluate && !evaluated_last && sum.steps_this_run > 0) {
+    const model::Model::Evaluation ev = evaluate_test(epoch);
+    sum.evaluated = true;
+    sum.test_loss = ev.loss;
+    sum.test_accuracy = ev.accuracy;
+    progress_->line("test loss " + format("%.4f", ev.loss) + " accuracy " +
+                    format("%.4f", ev.accuracy) + " after step " + std::to_string(global_step_));
+  }
+  if (epoch >= flags_.epochs) save_checkpoint(epoch, 0);
+  else save_checkpoint(epoch, step_in_epoch);
+  sum.global_step = global_step_;
+  if (sum.epochs_done == 0) sum.epochs_done = epoch;
+  sum.seconds = seconds_since(run_start);
+
+  // Throughput and wait share: means over ranks (every rank runs the same steps).
+  std::vector<double> perf{train_seconds > 0 ? sum.steps_this_run * global_batch / train_seconds : 0,
+                           train_seconds > 0 ? train_wait / train_seconds : 0,
+                           bench_seconds > 0 ? bench_steps * global_batch / bench_seconds : 0,
+                           bench_seconds > 0 ? bench_wait / bench_seconds : 0};
+  hvd::allreduce(perf, "train_cnn.perf", hvd::ReduceOp::kAverage);
+  sum.images_per_s = perf[0];
+  sum.wait_share = perf[1];
+  dump_weights();
+
+  if (flags_.benchmark) {
+    const bool warm = bench_steps > 0;
+    std::ostringstream os;
+    os << "benchmark: " << size_ << (size_ == 1 ? " replica" : " replicas") << " x batch "
+       << flags_.batch_size << " (" << global_batch << " images per step), "
+       << (warm ? bench_steps : sum.steps_this_run) << " steps measured"
+       << (warm ? " after " + std::to_string(flags_.benchmark_warmup) + " warm-up steps" : std::string(""))
+       << ": " << format("%.1f", warm ? perf[2] : perf[0]) << " images/s ("
+       << format("%.1f", (warm ? perf[2] : perf[0]) / size_) << " per replica), "
+       << format("%.2f", 1000.0 * global_batch / std::max(1e-9, warm ? perf[2] : perf[0]))
+       << " ms per step, waiting for communication " << format("%.1f", 100.0 * (warm ? perf[3] : perf[1]))
+       << "% of step time; load average " << load_average();
+    progress_->line(os.str());
+  }
+  std::ostringstream os;
+  os << "train_cnn: done: " << sum.epochs_done << (sum.epochs_done == 1 ? " epoch, " : " epochs, ")
+     << global_step_ << " steps (" << sum.steps_this_run << " in this run) of " << size_ << " x "
+     << flags_.batch_size << " images in " << format("%.1f", sum.seconds) << " s";
+  if (sum.evaluated) os << "; test accuracy " << format("%.4f", sum.test_accuracy);
+  os << "; " << format("%.1f", sum.images_per_s) << " images/s; waiting for communication "
+     << format("%.1f", 100.0 * sum.wait_share) << "% of step time";
+  progress_->line(os.str());
+  return sum;
+}
+
+}  // namespace train_cnn
