@@ -1,12 +1,20 @@
 #include "launcher/exec.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <sys/stat.h>
 
 namespace hvd::launcher {
@@ -62,6 +70,181 @@ int exec_plan(const LaunchPlan& plan) {
   int err = errno;
   std::fprintf(stderr, "hvdrun: cannot run '%s': %s\n", argv[0], std::strerror(err));
   return err == ENOENT ? 127 : 126;
+}
+
+bool is_abort_notice(std::string_view text) {
+  static constexpr std::string_view kNotices[] = {
+      "the job has been aborted",          // a rank exited non-zero or was killed
+      "abort is already in progress",      // mpirun's second notice
+      "ORTE has lost communication",       // a daemon's node went away
+      "mpirun noticed that process rank",  // a rank died on a signal
+  };
+  for (auto n : kNotices)
+    if (text.find(n) != std::string_view::npos) return true;
+  return false;
+}
+
+namespace {
+
+std::atomic<pid_t> g_child{0};
+
+// Signals sent to hvdrun alone (kill, a batch system) go on to mpirun; a terminal's Ctrl-C
+// already reached mpirun, which is in hvdrun's process group, and is not sent a second time
+// (mpirun takes a second SIGINT as "terminate forcibly").
+void forward_signal(int sig, siginfo_t* info, void*) {
+  pid_t child = g_child.load();
+  if (child > 0 && (info == nullptr || info->si_code == SI_USER || info->si_code == SI_QUEUE)) ::kill(child, sig);
+}
+
+// The descendants of `root` (children first found, then theirs), from /proc.
+std::vector<pid_t> descendants(pid_t root) {
+  std::vector<std::pair<pid_t, pid_t>> procs;  // pid, parent
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      char* end = nullptr;
+      long pid = std::strtol(e->d_name, &end, 10);
+      if (!end || *end != '\0' || pid <= 0) continue;
+      std::string path = std::string("/proc/") + e->d_name + "/stat";
+      FILE* f = std::fopen(path.c_str(), "r");
+      if (!f) continue;
+      char buf[512];
+      size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+      std::fclose(f);
+      buf[n] = '\0';
+      const char* rp = std::strrchr(buf, ')');  // the command name may hold spaces
+      int ppid = 0;
+      char state = 0;
+      if (rp && std::sscanf(rp + 1, " %c %d", &state, &ppid) == 2)
+        procs.emplace_back(static_cast<pid_t>(pid), static_cast<pid_t>(ppid));
+    }
+    ::closedir(d);
+  }
+  std::vector<pid_t> out{root};
+  for (size_t i = 0; i < out.size(); ++i)
+    for (const auto& [pid, ppid] : procs)
+      if (ppid == out[i]) out.push_back(pid);
+  out.erase(out.begin());
+  return out;
+}
+
+}  // namespace
+
+int supervise_plan(const LaunchPlan& plan, int abort_grace_seconds) {
+  int errpipe[2];
+  if (::pipe(errpipe) != 0) return exec_plan(plan);  // cannot supervise: behave as before
+  int execfail[2];  // close-on-exec: the child reports a failed execvp through it
+  if (::pipe2(execfail, O_CLOEXEC) != 0) {
+    ::close(errpipe[0]);
+    ::close(errpipe[1]);
+    return exec_plan(plan);
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(errpipe[0]);
+    ::close(errpipe[1]);
+    ::close(execfail[0]);
+    ::close(execfail[1]);
+    return exec_plan(plan);
+  }
+  if (pid == 0) {
+    ::close(errpipe[0]);
+    ::close(execfail[0]);
+    ::dup2(errpipe[1], STDERR_FILENO);
+    ::close(errpipe[1]);
+    for (const auto& [k, v] : plan.env) ::setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& a : plan.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    int err = errno;
+    (void)!::write(execfail[1], &err, sizeof err);
+    ::_exit(127);
+  }
+  g_child.store(pid);
+  ::close(errpipe[1]);
+  ::close(execfail[1]);
+  int exec_err = 0;
+  if (::read(execfail[0], &exec_err, sizeof exec_err) == static_cast<ssize_t>(sizeof exec_err)) {
+    ::close(execfail[0]);
+    ::close(errpipe[0]);
+    ::waitpid(pid, nullptr, 0);
+    std::fprintf(stderr, "hvdrun: cannot run '%s': %s\n", plan.argv[0].c_str(), std::strerror(exec_err));
+    return exec_err == ENOENT ? 127 : 126;
+  }
+  ::close(execfail[0]);
+
+  struct sigaction sa{};
+  sa.sa_sigaction = forward_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
+
+  // Copy mpirun's stderr through as it comes; watch it for the notice that the job is being
+  // aborted. Open MPI's abort waits for every node's daemon to confirm: a daemon behind a dead
+  // link never does, and mpirun would wait until TCP gives up (many minutes).
+  using Clock = std::chrono::steady_clock;
+  std::string tail;  // the last bytes seen, so a notice split across reads is still found
+  bool aborting = false, open = true;
+  Clock::time_point deadline{};
+  char buf[8192];
+  while (true) {
+    if (open) {
+      pollfd pfd{errpipe[0], POLLIN, 0};
+      int r = ::poll(&pfd, 1, 200);
+      if (r > 0) {
+        ssize_t n = ::read(errpipe[0], buf, sizeof buf);
+        if (n > 0) {
+          for (ssize_t off = 0; off < n;) {
+            ssize_t w = ::write(STDERR_FILENO, buf + off, static_cast<size_t>(n - off));
+            if (w <= 0) break;
+            off += w;
+          }
+          tail.append(buf, static_cast<size_t>(n));
+          if (!aborting && is_abort_notice(tail)) {
+            aborting = true;
+            deadline = Clock::now() + std::chrono::seconds(abort_grace_seconds);
+          }
+          if (tail.size() > 512) tail.erase(0, tail.size() - 512);
+        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+          open = false;
+        }
+      }
+    } else {
+      ::usleep(200000);
+    }
+    int status = 0;
+    pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) {
+      // Drain what is left of the pipe (the job's last lines).
+      while (open) {
+        ssize_t n = ::read(errpipe[0], buf, sizeof buf);
+        if (n <= 0) break;
+        (void)!::write(STDERR_FILENO, buf, static_cast<size_t>(n));
+      }
+      ::close(errpipe[0]);
+      g_child.store(0);
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+      return 1;
+    }
+    if (aborting && Clock::now() > deadline) {
+      std::fprintf(stderr,
+                   "hvdrun: error: mpirun has been aborting the job for %d s without finishing: a node it "
+                   "started ranks on no longer answers (its host or network link failed). Ending mpirun; "
+                   "ranks on that node end when their daemon loses mpirun.\n",
+                   abort_grace_seconds);
+      // mpirun's own children (the ranks on this node, helpers) would be left orphaned: end them too.
+      ::kill(pid, SIGSTOP);
+      for (pid_t d : descendants(pid)) ::kill(d, SIGKILL);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      ::close(errpipe[0]);
+      g_child.store(0);
+      return 1;
+    }
+  }
 }
 
 }  // namespace hvd::launcher

@@ -1,6 +1,6 @@
 // hvdrun: starts an hvd job. Parses the command line (options.cc), computes the launch plan
-// (launch_plan.cc) and replaces itself with mpirun or srun by execvp, so the job's exit status is
-// hvdrun's exit status. Exit codes of its own: 2 for a bad command line or launch request,
+// (launch_plan.cc) and runs mpirun as a supervised child (exec.h: supervise_plan) or replaces
+// itself with srun by execvp; the job's exit status is hvdrun's exit status. Exit codes of its own: 2 for a bad command line or launch request,
 // 127 when mpirun/srun or the program cannot be found.
 
 #include <unistd.h>
@@ -18,6 +18,8 @@
 extern char** environ;
 
 namespace {
+
+constexpr int kAbortGraceSeconds = 10;
 
 using hvd::launcher::EnvVars;
 
@@ -111,5 +113,8 @@ int main(int argc, char** argv) {
     return 127;
   }
   if (cl.verbose) std::cerr << "hvdrun: " << format_command(plan) << "\n";
+  // mpirun runs as a supervised child (see supervise_plan: a job that lost a node is ended 10 s
+  // after mpirun starts aborting it); srun replaces hvdrun, as SLURM handles lost nodes itself.
+  if (cl.launch.launcher == "mpirun") return supervise_plan(plan, kAbortGraceSeconds);
   return exec_plan(plan);
 }

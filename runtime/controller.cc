@@ -145,14 +145,25 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
 // arrive within HVD_PEER_TIMEOUT_SECONDS and tells the others (a status word in the reply), and a
 // rank that hears nothing from rank 0 knows that rank 0 is the one lost. Background threads cycle
 // every HVD_CYCLE_TIME whatever the user's threads do, so silence means death or a dead link.
+namespace {
+// Rank 0 may itself be stuck in a data-plane op with the lost rank: its watchdog probes every rank
+// after HVD_PEER_TIMEOUT_SECONDS (up to 3 s) and tells the others whom it lost. Wait that long
+// before blaming rank 0.
+constexpr double kCoordinatorGraceSeconds = 5.0;
+}  // namespace
+
 void Controller::exchange_bits(std::vector<uint64_t>& bits) {
   if (size_ == 1) return;
   constexpr int kTag = 7301;
   constexpr uint64_t kOk = 0, kLost = 1;
   const int n = static_cast<int>(bits.size());
   using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
-                                           std::chrono::duration<double>(options_.peer_timeout_seconds));
+  // The other ranks give rank 0 a little longer than rank 0 gives them: when a rank is lost, rank
+  // 0 (which may have entered this cycle a little later) names it to everyone before they would
+  // wrongly blame rank 0.
+  const double patience = options_.peer_timeout_seconds + (rank_ == 0 ? 0.0 : kCoordinatorGraceSeconds);
+  const auto deadline =
+      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(patience));
   auto wait_all = [&](std::vector<MPI_Request>& reqs) {
     // Polls until every request completes or the deadline passes; returns the unfinished indices.
     std::vector<int> done(reqs.size(), 0);
@@ -181,12 +192,12 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
       if (!done[i]) missing.push_back(static_cast<int>(i));
     return missing;
   };
-  auto lost_message = [&](const std::vector<int>& lost) {
+  auto lost_message = [&](const std::vector<int>& lost, double waited) {
     std::string ranks;
     for (size_t i = 0; i < lost.size(); ++i) ranks += (i ? ", " : "") + std::to_string(lost[i]);
     return "rank" + std::string(lost.size() == 1 ? " " : "s ") + ranks + (lost.size() == 1 ? " was" : " were") +
            " lost: no word from " + (lost.size() == 1 ? "it" : "them") + " for " +
-           std::to_string(static_cast<int>(options_.peer_timeout_seconds)) +
+           std::to_string(static_cast<int>(waited)) +
            " s (HVD_PEER_TIMEOUT_SECONDS). The process died or its node's network failed; see that rank's log and "
            "the launcher's message.";
   };
@@ -215,7 +226,7 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
       MPI_CHECK(MPI_Isend(reply.data(), n + 2, MPI_UINT64_T, r, kTag, comm_, &sends.back()));
     }
     wait_all(sends);
-    if (!lost.empty()) throw CommunicationError(lost_message(lost));
+    if (!lost.empty()) throw CommunicationError(lost_message(lost, patience));
     return;
   }
   std::vector<uint64_t> reply(n + 2, 0);
@@ -223,8 +234,10 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
   MPI_CHECK(MPI_Isend(bits.data(), n, MPI_UINT64_T, 0, kTag, comm_, &reqs[0]));
   MPI_CHECK(MPI_Irecv(reply.data(), n + 2, MPI_UINT64_T, 0, kTag, comm_, &reqs[1]));
   std::vector<int> missing = wait_all(reqs);
-  if (!missing.empty()) throw CommunicationError(lost_message({0}) + " Rank 0 coordinates every cycle.");
-  if (reply[0] == kLost) throw CommunicationError(lost_message({static_cast<int>(reply[1])}));
+  if (!missing.empty())
+    throw CommunicationError(lost_message({0}, patience) + " Rank 0 coordinates every cycle.");
+  if (reply[0] == kLost)
+    throw CommunicationError(lost_message({static_cast<int>(reply[1])}, options_.peer_timeout_seconds));
   std::copy(reply.begin() + 2, reply.end(), bits.begin());
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/runtime.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -137,24 +138,180 @@ Runtime::Runtime(const Config& config) : config_(config) {
   HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local " << topo.local_rank << "/"
                  << topo.local_size << ", cross " << topo.cross_rank << "/" << topo.cross_size
                  << (topo.homogeneous ? ", homogeneous" : ", not homogeneous");
+  if (mpi_->topology().size > 1 && provided >= MPI_THREAD_MULTIPLE)
+    MPI_CHECK(MPI_Comm_dup(mpi_->world(), &probe_comm_));  // the watchdog's liveness probes
   thread_ = std::thread([this] { loop(); });
   if (mpi_->topology().size > 1) watchdog_ = std::thread([this] { watchdog(); });
 }
 
+// The watchdog thread. With MPI_THREAD_MULTIPLE it also answers other ranks' liveness probes on
+// its own communicator (probe_comm_), every 100 ms, so a rank whose background thread is stuck in
+// a collective still answers. When this rank's data-plane op has run for HVD_PEER_TIMEOUT_SECONDS
+// it probes every other rank and waits up to kProbeWindowSeconds for the answers: a rank that does
+// not answer is lost (its process died or its node's network failed), and the error names it
+// before the process ends (exit 70: MPI cannot be interrupted). When every rank answers, the op is
+// only slow (a large tensor on a slow network) and it may go on; it is probed again one timeout
+// later. Without MPI_THREAD_MULTIPLE there are no probes, and the process ends after the timeout
+// + 5 s with an error that cannot name the rank.
 void Runtime::watchdog() {
   using namespace std::chrono;
-  const int64_t limit_ns = static_cast<int64_t>((config_.peer_timeout_seconds + 5) * 1e9);
+  constexpr int kPingTag = 0x7001, kLostTag = 0x7002, kPongTagBase = 0x7100;
+  constexpr double kProbeWindowSeconds = 3.0;
+  const int size = mpi_->topology().size, me = mpi_->topology().rank;
+  const int64_t timeout_ns = static_cast<int64_t>(config_.peer_timeout_seconds * 1e9);
+  const int64_t limit_ns = probe_comm_ != MPI_COMM_NULL ? timeout_ns : timeout_ns + 5'000'000'000;
+  std::vector<MPI_Request> pongs;  // answers being sent (empty messages: the tag says the round)
+  int round = 0;
+  int64_t next_probe_ns = 0;  // per op: when to probe (again)
+  int64_t probed_op = 0;
+
+  // Answers every ping waiting on probe_comm_ (each ping carries its round; the answer's tag says it).
+  auto answer_pings = [&] {
+    if (probe_comm_ == MPI_COMM_NULL) return;
+    for (int i = 0; i < 64; ++i) {
+      int flag = 0;
+      MPI_Status st;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, probe_comm_, &flag, &st) != MPI_SUCCESS || !flag) break;
+      int r = 0;
+      if (MPI_Recv(&r, 1, MPI_INT, st.MPI_SOURCE, kPingTag, probe_comm_, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+      pongs.emplace_back(MPI_REQUEST_NULL);
+      MPI_Isend(nullptr, 0, MPI_INT, st.MPI_SOURCE, kPongTagBase + (r & 0xFFF), probe_comm_, &pongs.back());
+    }
+    // A lost-rank notice from a rank that found a peer gone: the job cannot go on.
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kLostTag, probe_comm_, &flag, &st) == MPI_SUCCESS && flag) {
+      int count = 0;
+      MPI_Get_count(&st, MPI_INT, &count);
+      std::vector<int> lost(static_cast<size_t>(std::max(count, 0)));
+      MPI_Recv(lost.data(), count, MPI_INT, st.MPI_SOURCE, kLostTag, probe_comm_, MPI_STATUS_IGNORE);
+      std::string ranks;
+      for (int r : lost) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      HVD_LOG(Error) << "rank" << (lost.size() > 1 ? "s " : " ") << ranks << (lost.size() > 1 ? " were" : " was")
+                     << " lost: rank " << st.MPI_SOURCE << " had no answer from " << (lost.size() > 1 ? "them" : "it")
+                     << " for HVD_PEER_TIMEOUT_SECONDS=" << config_.peer_timeout_seconds
+                     << " s. The process died or its node's network failed; see that rank's log and the launcher's "
+                        "message. Ending this process so that the job does not hang.";
+      std::_Exit(70);
+    }
+    // Forget the answers that have gone out.
+    for (size_t i = 0; i < pongs.size();) {
+      int done = 0;
+      if (pongs[i] == MPI_REQUEST_NULL || (MPI_Test(&pongs[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)) {
+        pongs.erase(pongs.begin() + static_cast<long>(i));
+      } else {
+        ++i;
+      }
+    }
+  };
+
+  // Pings every other rank and returns those that did not answer within the window.
+  auto probe = [&]() -> std::vector<int> {
+    ++round;
+    std::vector<int> payload(static_cast<size_t>(size), round);
+    std::vector<MPI_Request> sends(static_cast<size_t>(size), MPI_REQUEST_NULL);
+    std::vector<MPI_Request> recvs(static_cast<size_t>(size), MPI_REQUEST_NULL);
+    std::vector<bool> answered(static_cast<size_t>(size), false);
+    answered[static_cast<size_t>(me)] = true;
+    for (int r = 0; r < size; ++r) {
+      if (r == me) continue;
+      if (MPI_Irecv(nullptr, 0, MPI_INT, r, kPongTagBase + (round & 0xFFF), probe_comm_, &recvs[static_cast<size_t>(r)]) !=
+              MPI_SUCCESS ||
+          MPI_Isend(&payload[static_cast<size_t>(r)], 1, MPI_INT, r, kPingTag, probe_comm_, &sends[static_cast<size_t>(r)]) !=
+              MPI_SUCCESS)
+        recvs[static_cast<size_t>(r)] = MPI_REQUEST_NULL;  // counts as no answer
+    }
+    const auto until = steady_clock::now() + duration<double>(kProbeWindowSeconds);
+    while (steady_clock::now() < until) {
+      bool all = true;
+      for (int r = 0; r < size; ++r) {
+        auto& req = recvs[static_cast<size_t>(r)];
+        if (answered[static_cast<size_t>(r)] || req == MPI_REQUEST_NULL) {
+          all = all && answered[static_cast<size_t>(r)];
+          continue;
+        }
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) answered[static_cast<size_t>(r)] = true;
+        all = all && answered[static_cast<size_t>(r)];
+      }
+      if (all) break;
+      answer_pings();
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    std::vector<int> lost;
+    for (int r = 0; r < size; ++r)
+      if (!answered[static_cast<size_t>(r)]) lost.push_back(r);
+    if (lost.empty()) {  // everything arrived: nothing left pending
+      MPI_Waitall(size, sends.data(), MPI_STATUSES_IGNORE);
+    }
+    // Otherwise the requests to lost ranks are left as they are: the process ends next.
+    return lost;
+  };
+
   std::unique_lock<std::mutex> lock(wake_mu_);
   while (!stopped_) {
-    wake_cv_.wait_for(lock, milliseconds(500));
-    int64_t started = op_started_ns_.load();
-    if (started == 0) continue;
-    int64_t now = duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
-    if (now - started > limit_ns) {
-      HVD_LOG(Error) << op_what_ << " has not finished after " << (now - started) / 1000000000
-                     << " s: a peer rank died or the network failed in the middle of it (HVD_PEER_TIMEOUT_SECONDS="
-                     << config_.peer_timeout_seconds << "). Ending this process so that the job does not hang.";
-      std::_Exit(70);
+    wake_cv_.wait_for(lock, milliseconds(probe_comm_ != MPI_COMM_NULL ? 100 : 500));
+    if (stopped_) break;
+    const int64_t started = op_started_ns_.load();
+    const std::string what = op_what_;
+    lock.unlock();
+    answer_pings();
+    const int64_t now = duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
+    if (started != 0 && now - started > limit_ns) {
+      if (probe_comm_ == MPI_COMM_NULL) {
+        HVD_LOG(Error) << what << " has not finished after " << (now - started) / 1000000000
+                       << " s: a peer rank died or the network failed in the middle of it (HVD_PEER_TIMEOUT_SECONDS="
+                       << config_.peer_timeout_seconds << "). Ending this process so that the job does not hang.";
+        std::_Exit(70);
+      }
+      if (probed_op != started) {
+        probed_op = started;
+        next_probe_ns = 0;
+      }
+      if (now >= next_probe_ns) {
+        std::vector<int> lost = probe();
+        if (!lost.empty()) {
+          // Tell every rank that answered, so that each names the lost rank too (rather than a
+          // rank it waits for in turn), then end.
+          std::vector<MPI_Request> notes;
+          for (int r = 0; r < size; ++r) {
+            if (r == me || std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
+            notes.emplace_back(MPI_REQUEST_NULL);
+            MPI_Isend(lost.data(), static_cast<int>(lost.size()), MPI_INT, r, kLostTag, probe_comm_, &notes.back());
+          }
+          const auto note_until = steady_clock::now() + milliseconds(500);
+          for (int all = 0; !all && steady_clock::now() < note_until;) {
+            MPI_Testall(static_cast<int>(notes.size()), notes.data(), &all, MPI_STATUSES_IGNORE);
+            if (!all) std::this_thread::sleep_for(milliseconds(5));
+          }
+          std::string ranks;
+          for (int r : lost) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+          HVD_LOG(Error) << what << " did not complete: rank" << (lost.size() > 1 ? "s " : " ") << ranks
+                         << (lost.size() > 1 ? " were" : " was") << " lost: no answer for "
+                         << (now - started) / 1000000000 << " s (HVD_PEER_TIMEOUT_SECONDS="
+                         << config_.peer_timeout_seconds
+                         << "). The process died or its node's network failed; see that rank's log and the "
+                            "launcher's message. Ending this process so that the job does not hang.";
+          std::_Exit(70);
+        }
+        HVD_LOG(Warning) << what << " is still running after " << (now - started) / 1000000000
+                         << " s; every rank answers, so it is only slow (raise HVD_PEER_TIMEOUT_SECONDS to silence this).";
+        next_probe_ns = now + timeout_ns;
+      }
+    }
+    lock.lock();
+  }
+  lock.unlock();
+  // Let the answers in flight go out (the other ranks are shutting down too).
+  const auto until = steady_clock::now() + milliseconds(200);
+  while (!pongs.empty() && steady_clock::now() < until) {
+    answer_pings();
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  for (auto& r : pongs) {
+    if (r != MPI_REQUEST_NULL) {
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
     }
   }
 }
@@ -207,7 +364,7 @@ void Runtime::loop() {
         }
       }
       std::unique_lock<std::mutex> lock(wake_mu_);
-      wake_cv_.wait_until(lock, start + cycle, [&] { return shutdown_requested_.load(); });
+      cycle_cv_.wait_until(lock, start + cycle, [&] { return shutdown_requested_.load(); });
     }
     queue_.close(detail::ErrorKind::kInvalidArgument,
                  shutdown_reason_.empty()
@@ -354,13 +511,18 @@ void Runtime::shutdown() {
   if (finished_) return;
   finished_ = true;
   shutdown_requested_ = true;
-  wake_cv_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_cv_.notify_all();
+    cycle_cv_.notify_all();
+  }
   if (thread_.joinable()) thread_.join();
   stopped_ = true;
   wake_cv_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
   if (gpu_backend_) gpu_backend_->shutdown();
   if (timeline_) timeline_->close();
+  if (!broken_ && probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
   if (broken_) {
     (void)mpi_.release();  // its communicators may involve a lost peer: do not touch them
     HVD_LOG(Warning) << "not finalising MPI after a communication failure";

@@ -74,6 +74,7 @@ class Runtime {
   // The watchdog: ends this process when one data-plane op has been running for longer than the
   // peer timeout (a peer died or the network failed in the middle of it: MPI would wait forever).
   std::thread watchdog_;
+  MPI_Comm probe_comm_ = MPI_COMM_NULL;  // the watchdogs' liveness probes (MPI_THREAD_MULTIPLE only)
   std::atomic<int64_t> op_started_ns_{0};  // steady clock, 0 when no op runs
   std::string op_what_;                    // guarded by wake_mu_
   std::atomic<bool> shutdown_requested_{false};
@@ -83,6 +84,7 @@ class Runtime {
   std::atomic<int> barrier_counter_{0};
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
+  std::condition_variable cycle_cv_;  // with wake_mu_: the background thread's sleep between cycles
 };
 
 }  // namespace hvd

@@ -16,6 +16,8 @@
 // false and the operation manager falls through to the flat all-reduce registered after it.
 // Two implementations: MPI for CPU tensors (always built), NCCL for CUDA tensors (with NCCL).
 
+#include <vector>
+
 #include "hvd/config.h"
 #include "ops/collective_op.h"
 #include "ops/fusion_buffer.h"
@@ -43,12 +45,16 @@ class MpiHierarchicalAllreduce : public CollectiveOp {
   void execute(OpBatch& batch) override;
 
  private:
-  // The three steps on `count` contiguous elements from `send` into `recv` (may be the same).
-  void reduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
+  // The three steps, in place on `count` contiguous elements of buf.
+  void reduce(char* buf, int64_t count, DataType dtype, ReduceOp op);
+  void ring(char* buf, const Shards& s, bool reduce, DataType dtype, ReduceOp op, int me, int p, MPI_Comm comm);
+  void ring_step(char* buf, int64_t send_off, int64_t send_bytes, int64_t recv_off, int64_t recv_bytes, bool reduce,
+                 DataType dtype, ReduceOp op, int left, int right, MPI_Comm comm);
 
   const mpi::MpiContext& ctx_;
   FusionBuffer& buffer_;
-  FusionBuffer shard_;  // this rank's shard between the in-node and cross-node steps
+  FusionBuffer scratch_;              // two received segments waiting to be reduced
+  std::vector<MPI_Request> sends_;    // the segments of the block being sent
   HierarchicalPlan plan_;
 };
 

@@ -185,6 +185,33 @@ TEST(HierarchicalOp, FusedBatchWithScalingOnTwoByTwo) {
   }
 }
 
+// Rings of three: 6 ranks as 3 nodes x 2 (the cross-node ring has three members) and as
+// 2 nodes x 3 (the in-node rings have three), sizes that leave remainders at both levels, and
+// large enough (1 000 003) to span several 1 MiB segments per block. Run by test_hierarchical_6.
+TEST(HierarchicalOp, RingsOfThreeOnSixRanks) {
+  const int size = world_size(), rank = world_rank();
+  if (size != 6) GTEST_SKIP() << "needs 6 ranks (3 x 2 and 2 x 3 fake nodes); here " << size;
+  for (int local : {2, 3}) {
+    hvd::ops::mpi::MpiContext ctx(local);
+    hvd::ops::FusionBuffer buffer;
+    MpiHierarchicalAllreduce op(ctx, buffer);
+    for (ReduceOp rop : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kProduct}) {
+      for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
+        for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{7}, int64_t{1000003}}) {
+          std::vector<Buffer> ins{Buffer(t, n)}, outs;
+          ins[0].fill([&](int64_t i) { return reduce_contrib(rop, t, rank, size, i); });
+          OpBatch b = batch_of(t, rop, size, ins, outs);
+          ASSERT_TRUE(op.enabled(b)) << "local size " << local;
+          op.execute(b);
+          check_values(ins[0], [&](int64_t i) { return reduce_expected(rop, t, size, i, 1, 1); },
+                       std::string("hierarchical ") + op_str(rop) + " on " + std::to_string(size / local) + " x " +
+                           std::to_string(local) + " n=" + std::to_string(n));
+        }
+      }
+    }
+  }
+}
+
 // Through the public API, with HVD_HIERARCHICAL_ALLREDUCE=1 and fake nodes set by ctest.
 class HierarchicalApi : public HvdTest {};
 

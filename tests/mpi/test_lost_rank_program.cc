@@ -1,6 +1,8 @@
 // Rank 1 disappears in the middle of a long allreduce loop: with "kill" it dies (SIGKILL), with
 // "stop" it freezes (SIGSTOP: alive but silent, as behind a dead link). Every other rank must fail
 // within HVD_PEER_TIMEOUT_SECONDS (or be ended by the launcher) with output naming rank 1.
+// With "link" nothing happens to rank 1: it prints LINK_READY at step 50 and goes on, and the test
+// (tests/cluster/test_link_down.sh) takes its simulated node's network link down.
 #include <hvd/hvd.h>
 
 #include <chrono>
@@ -16,7 +18,10 @@ int main(int argc, char** argv) {
   std::vector<float> v(1 << 16, 1.0f);
   try {
     for (int i = 0; i < 100000; ++i) {
-      if (i == 50 && hvd::rank() == 1) {
+      if (i == 50 && hvd::rank() == 1 && mode == "link") {
+        std::printf("LINK_READY\n");
+        std::fflush(stdout);
+      } else if (i == 50 && hvd::rank() == 1) {
         if (std::getenv("HVD_LOST_RANK_STAMP")) {  // for scripts/measure-lost-rank
           auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <string>
 
 #include "hvd/error.h"
+#include "launcher/exec.h"
 #include "launcher/launch_plan.h"
 
 namespace hvd::launcher {
@@ -356,3 +358,46 @@ TEST(SplitArgs, QuotesAndEscapes) {
 
 }  // namespace
 }  // namespace hvd::launcher
+
+// ---- supervise_plan: mpirun as a supervised child ----------------------------------------------
+namespace {
+hvd::launcher::LaunchPlan shell_plan(const std::string& script) {
+  hvd::launcher::LaunchPlan p;
+  p.argv = {"/bin/sh", "-c", script};
+  return p;
+}
+}  // namespace
+
+TEST(Supervise, RecognisesOpenMpisAbortNotices) {
+  using hvd::launcher::is_abort_notice;
+  EXPECT_TRUE(is_abort_notice("a non-zero exit code. Per user-direction, the job has been aborted.\n"));
+  EXPECT_TRUE(is_abort_notice("mpirun: abort is already in progress...hit ctrl-c again"));
+  EXPECT_TRUE(is_abort_notice("ORTE has lost communication with a remote daemon."));
+  EXPECT_TRUE(is_abort_notice("mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9"));
+  EXPECT_FALSE(is_abort_notice("rank 0: error: allreduce of 'x' failed"));
+  EXPECT_FALSE(is_abort_notice(""));
+}
+
+TEST(Supervise, PassesTheExitStatusThrough) {
+  EXPECT_EQ(hvd::launcher::supervise_plan(shell_plan("echo out; echo err >&2; exit 3"), 5), 3);
+  EXPECT_EQ(hvd::launcher::supervise_plan(shell_plan("exit 0"), 5), 0);
+  EXPECT_EQ(hvd::launcher::supervise_plan(shell_plan("kill -9 $$"), 5), 128 + 9);
+}
+
+TEST(Supervise, MissingProgramIs127) {
+  hvd::launcher::LaunchPlan p;
+  p.argv = {"/nonexistent/hvd-no-such-mpirun"};
+  EXPECT_EQ(hvd::launcher::supervise_plan(p, 5), 127);
+}
+
+TEST(Supervise, EndsAnAbortThatNeverFinishes) {
+  // A "mpirun" that announces an abort (split across two writes) and then hangs, as Open MPI does
+  // when a node's daemon cannot be reached: ended `grace` seconds later with status 1.
+  const auto start = std::chrono::steady_clock::now();
+  int rc = hvd::launcher::supervise_plan(
+      shell_plan("printf 'Per user-direction, the job has ' >&2; sleep 0.3; printf 'been aborted.\\n' >&2; sleep 60"), 1);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(rc, 1);
+  EXPECT_LT(s, 10.0) << "the hung abort was not ended";
+  EXPECT_GE(s, 1.0) << "ended before the grace period";
+}
