@@ -136,7 +136,7 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
   }
   FusionOptions fo;
   fo.threshold_bytes = options_.fusion_threshold_bytes;
-  return plan_fusion(ready, fo);
+  return plan_fusion(std::move(ready), fo);
 }
 
 // The cycle's bit-vector AND, as a star through rank 0 with a deadline instead of one blocking
@@ -162,7 +162,7 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
   // 0 (which may have entered this cycle a little later) names it to everyone before they would
   // wrongly blame rank 0.
   const double patience = options_.peer_timeout_seconds + (rank_ == 0 ? 0.0 : kCoordinatorGraceSeconds);
-  const auto deadline =
+  auto deadline =
       clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(patience));
   auto wait_all = [&](std::vector<MPI_Request>& reqs) {
     // Polls until every request completes or the deadline passes; returns the unfinished indices.
@@ -234,8 +234,24 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
   MPI_CHECK(MPI_Isend(bits.data(), n, MPI_UINT64_T, 0, kTag, comm_, &reqs[0]));
   MPI_CHECK(MPI_Irecv(reply.data(), n + 2, MPI_UINT64_T, 0, kTag, comm_, &reqs[1]));
   std::vector<int> missing = wait_all(reqs);
+  // Silence from rank 0: if its watchdog still answers, rank 0 is alive but busy (in a collective
+  // with a rank that is really lost, which it will name): wait again. Each round is bounded, and a
+  // rank 0 stuck for good ends itself (its watchdog) and then no longer answers.
+  double waited = patience;
+  while (!missing.empty() && options_.peer_alive && options_.peer_alive(0)) {
+    deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                  std::chrono::duration<double>(options_.peer_timeout_seconds));
+    std::vector<MPI_Request> left;
+    for (int i : missing) left.push_back(reqs[static_cast<size_t>(i)]);
+    std::vector<int> still = wait_all(left);
+    for (size_t k = 0; k < left.size(); ++k) reqs[static_cast<size_t>(missing[k])] = left[k];
+    std::vector<int> next;
+    for (int k : still) next.push_back(missing[static_cast<size_t>(k)]);
+    missing = next;
+    waited += options_.peer_timeout_seconds;
+  }
   if (!missing.empty())
-    throw CommunicationError(lost_message({0}, patience) + " Rank 0 coordinates every cycle.");
+    throw CommunicationError(lost_message({0}, waited) + " Rank 0 coordinates every cycle.");
   if (reply[0] == kLost)
     throw CommunicationError(lost_message({static_cast<int>(reply[1])}, options_.peer_timeout_seconds));
   std::copy(reply.begin() + 2, reply.end(), bits.begin());

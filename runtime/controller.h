@@ -23,6 +23,7 @@
 //
 // Thread safety: background thread only.
 
+#include <functional>
 #include <mpi.h>
 
 #include <chrono>
@@ -46,6 +47,8 @@ struct ControllerOptions {
   // stall inspector can see it (its cache entry is invalidated everywhere first).
   double fast_path_patience_seconds = 5;
   double peer_timeout_seconds = 30;  // HVD_PEER_TIMEOUT_SECONDS
+  // Whether a rank is alive though silent (the watchdogs' probe); empty: assume not.
+  std::function<bool(int rank)> peer_alive;
 };
 
 // The name of the error response that carries the reason for a shutdown decided on rank 0.

@@ -1,5 +1,6 @@
 #include "runtime/fusion.h"
 
+#include <iterator>
 #include <map>
 
 #include "hvd/error.h"
@@ -14,9 +15,11 @@ bool compatible(const Response& a, const Response& b) {
          a.prescale == b.prescale && a.postscale == b.postscale && a.contributors == b.contributors;
 }
 
-void append(Response& into, const Response& r) {
-  into.names.insert(into.names.end(), r.names.begin(), r.names.end());
-  into.shapes.insert(into.shapes.end(), r.shapes.begin(), r.shapes.end());
+// Moves r's names and shapes to the end of into's (r is left without them).
+void append(Response& into, Response& r) {
+  into.names.insert(into.names.end(), std::make_move_iterator(r.names.begin()), std::make_move_iterator(r.names.end()));
+  into.shapes.insert(into.shapes.end(), std::make_move_iterator(r.shapes.begin()),
+                     std::make_move_iterator(r.shapes.end()));
 }
 
 }  // namespace
@@ -31,11 +34,14 @@ int64_t response_bytes(const Response& r) {
   return total;
 }
 
-std::vector<Response> plan_fusion(const std::vector<Response>& responses, const FusionOptions& options) {
+std::vector<Response> plan_fusion(std::vector<Response> responses, const FusionOptions& options) {
+  // Responses are moved, never copied: a cycle of 1000 cached tensors would otherwise copy 1000
+  // name strings and shapes several times over.
   // 1. Units: each group's members merged into one response (in order of first appearance).
   std::vector<Response> units;
+  units.reserve(responses.size());
   std::map<std::string, size_t> group_unit;
-  for (const auto& r : responses) {
+  for (auto& r : responses) {
     if (fusable(r) && !r.group.empty()) {
       auto it = group_unit.find(r.group);
       if (it != group_unit.end() && compatible(units[it->second], r)) {
@@ -44,7 +50,7 @@ std::vector<Response> plan_fusion(const std::vector<Response>& responses, const 
       }
       group_unit[r.group] = units.size();
     }
-    units.push_back(r);
+    units.push_back(std::move(r));
   }
   // 2. Greedy buckets with look-ahead.
   std::vector<Response> out;
@@ -54,7 +60,8 @@ std::vector<Response> plan_fusion(const std::vector<Response>& responses, const 
   for (size_t i = 0; i < units.size(); ++i) {
     if (taken[i]) continue;
     taken[i] = true;
-    Response bucket = units[i];
+    const std::string unit_group = units[i].group;
+    Response bucket = std::move(units[i]);
     if (fusable(bucket) && options.threshold_bytes > 0) {
       int64_t total = bytes[i];
       for (size_t j = i + 1; j < units.size() && total < options.threshold_bytes; ++j) {
@@ -65,7 +72,7 @@ std::vector<Response> plan_fusion(const std::vector<Response>& responses, const 
         taken[j] = true;
       }
     }
-    if (bucket.names.size() > 1 && bucket.group != units[i].group) bucket.group.clear();
+    if (bucket.names.size() > 1 && bucket.group != unit_group) bucket.group.clear();
     out.push_back(std::move(bucket));
   }
   return out;

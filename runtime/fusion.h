@@ -22,6 +22,6 @@ struct FusionOptions {
 };
 
 int64_t response_bytes(const Response& r);  // sum over names of elements x dtype size
-std::vector<Response> plan_fusion(const std::vector<Response>& responses, const FusionOptions& options);
+std::vector<Response> plan_fusion(std::vector<Response> responses, const FusionOptions& options);
 
 }  // namespace hvd

@@ -15,6 +15,15 @@
 namespace hvd {
 namespace {
 
+// The watchdogs' liveness probes (probe_comm_): a ping carries its round, the answer is an empty
+// message whose tag says the round; a lost-rank notice carries the lost ranks.
+constexpr int kPingTag = 0x7001, kLostTag = 0x7002, kPongTagBase = 0x7100;
+constexpr double kProbeWindowSeconds = 3.0;
+
+// An MPI context abandoned after a communication failure, kept reachable so that a leak checker
+// does not report it (volatile: the store must not be optimised away as dead).
+ops::mpi::MpiContext* volatile g_abandoned_mpi = nullptr;
+
 const char* thread_level_name(int level) {
   switch (level) {
     case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
@@ -133,6 +142,11 @@ Runtime::Runtime(const Config& config) : config_(config) {
   co.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   co.peer_timeout_seconds = config_.peer_timeout_seconds;
   co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
+  if (mpi_->topology().size > 1 && provided >= MPI_THREAD_MULTIPLE) {
+    // Before blaming rank 0 for silence, ask its watchdog whether it is alive (then it is only
+    // busy, e.g. stuck with the really lost rank, and will name it).
+    co.peer_alive = [this](int rank) { return probe_peers({rank}, nullptr).empty(); };
+  }
   const auto& topo = mpi_->topology();
   controller_ = std::make_unique<Controller>(mpi_->world(), topo.rank, topo.size, co, queue_);
   HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local " << topo.local_rank << "/"
@@ -142,6 +156,45 @@ Runtime::Runtime(const Config& config) : config_(config) {
     MPI_CHECK(MPI_Comm_dup(mpi_->world(), &probe_comm_));  // the watchdog's liveness probes
   thread_ = std::thread([this] { loop(); });
   if (mpi_->topology().size > 1) watchdog_ = std::thread([this] { watchdog(); });
+}
+
+// Pings `targets` on probe_comm_ (their watchdog threads answer every 100 ms, whatever their
+// background threads are doing) and returns those that did not answer within kProbeWindowSeconds.
+// `while_waiting` runs between polls (the watchdog answers pings meanwhile). Callable from the
+// watchdog and from the background thread at once: every probe has its own round, and the answer's
+// tag carries it. Requests to ranks that did not answer are left pending (the process ends next).
+std::vector<int> Runtime::probe_peers(const std::vector<int>& targets, const std::function<void()>& while_waiting) {
+  using namespace std::chrono;
+  const int round = probe_round_.fetch_add(1) + 1;
+  const size_t n = targets.size();
+  std::vector<int> payload(n, round);
+  std::vector<MPI_Request> sends(n, MPI_REQUEST_NULL), recvs(n, MPI_REQUEST_NULL);
+  std::vector<bool> answered(n, false), failed(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    if (MPI_Irecv(nullptr, 0, MPI_INT, targets[i], kPongTagBase + (round & 0xFFF), probe_comm_, &recvs[i]) !=
+            MPI_SUCCESS ||
+        MPI_Isend(&payload[i], 1, MPI_INT, targets[i], kPingTag, probe_comm_, &sends[i]) != MPI_SUCCESS)
+      failed[i] = true;  // counts as no answer
+  }
+  const auto until = steady_clock::now() + duration<double>(kProbeWindowSeconds);
+  while (steady_clock::now() < until) {
+    bool all = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (!answered[i] && !failed[i]) {
+        int done = 0;
+        if (MPI_Test(&recvs[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) answered[i] = true;
+      }
+      all = all && answered[i];
+    }
+    if (all) break;
+    if (while_waiting) while_waiting();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  std::vector<int> lost;
+  for (size_t i = 0; i < n; ++i)
+    if (!answered[i]) lost.push_back(targets[i]);
+  if (lost.empty()) MPI_Waitall(static_cast<int>(n), sends.data(), MPI_STATUSES_IGNORE);
+  return lost;
 }
 
 // The watchdog thread. With MPI_THREAD_MULTIPLE it also answers other ranks' liveness probes on
@@ -155,13 +208,10 @@ Runtime::Runtime(const Config& config) : config_(config) {
 // + 5 s with an error that cannot name the rank.
 void Runtime::watchdog() {
   using namespace std::chrono;
-  constexpr int kPingTag = 0x7001, kLostTag = 0x7002, kPongTagBase = 0x7100;
-  constexpr double kProbeWindowSeconds = 3.0;
   const int size = mpi_->topology().size, me = mpi_->topology().rank;
   const int64_t timeout_ns = static_cast<int64_t>(config_.peer_timeout_seconds * 1e9);
   const int64_t limit_ns = probe_comm_ != MPI_COMM_NULL ? timeout_ns : timeout_ns + 5'000'000'000;
   std::vector<MPI_Request> pongs;  // answers being sent (empty messages: the tag says the round)
-  int round = 0;
   int64_t next_probe_ns = 0;  // per op: when to probe (again)
   int64_t probed_op = 0;
 
@@ -205,48 +255,10 @@ void Runtime::watchdog() {
     }
   };
 
-  // Pings every other rank and returns those that did not answer within the window.
-  auto probe = [&]() -> std::vector<int> {
-    ++round;
-    std::vector<int> payload(static_cast<size_t>(size), round);
-    std::vector<MPI_Request> sends(static_cast<size_t>(size), MPI_REQUEST_NULL);
-    std::vector<MPI_Request> recvs(static_cast<size_t>(size), MPI_REQUEST_NULL);
-    std::vector<bool> answered(static_cast<size_t>(size), false);
-    answered[static_cast<size_t>(me)] = true;
-    for (int r = 0; r < size; ++r) {
-      if (r == me) continue;
-      if (MPI_Irecv(nullptr, 0, MPI_INT, r, kPongTagBase + (round & 0xFFF), probe_comm_, &recvs[static_cast<size_t>(r)]) !=
-              MPI_SUCCESS ||
-          MPI_Isend(&payload[static_cast<size_t>(r)], 1, MPI_INT, r, kPingTag, probe_comm_, &sends[static_cast<size_t>(r)]) !=
-              MPI_SUCCESS)
-        recvs[static_cast<size_t>(r)] = MPI_REQUEST_NULL;  // counts as no answer
-    }
-    const auto until = steady_clock::now() + duration<double>(kProbeWindowSeconds);
-    while (steady_clock::now() < until) {
-      bool all = true;
-      for (int r = 0; r < size; ++r) {
-        auto& req = recvs[static_cast<size_t>(r)];
-        if (answered[static_cast<size_t>(r)] || req == MPI_REQUEST_NULL) {
-          all = all && answered[static_cast<size_t>(r)];
-          continue;
-        }
-        int done = 0;
-        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) answered[static_cast<size_t>(r)] = true;
-        all = all && answered[static_cast<size_t>(r)];
-      }
-      if (all) break;
-      answer_pings();
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    std::vector<int> lost;
-    for (int r = 0; r < size; ++r)
-      if (!answered[static_cast<size_t>(r)]) lost.push_back(r);
-    if (lost.empty()) {  // everything arrived: nothing left pending
-      MPI_Waitall(size, sends.data(), MPI_STATUSES_IGNORE);
-    }
-    // Otherwise the requests to lost ranks are left as they are: the process ends next.
-    return lost;
-  };
+  std::vector<int> others;
+  for (int r = 0; r < size; ++r)
+    if (r != me) others.push_back(r);
+  auto probe = [&] { return probe_peers(others, answer_pings); };
 
   std::unique_lock<std::mutex> lock(wake_mu_);
   while (!stopped_) {
@@ -524,7 +536,9 @@ void Runtime::shutdown() {
   if (timeline_) timeline_->close();
   if (!broken_ && probe_comm_ != MPI_COMM_NULL) MPI_Comm_free(&probe_comm_);
   if (broken_) {
-    (void)mpi_.release();  // its communicators may involve a lost peer: do not touch them
+    // Its communicators may involve a lost peer: do not touch them. Kept reachable on purpose (a
+    // leak checker would otherwise report it): the process is going down anyway.
+    g_abandoned_mpi = mpi_.release();
     HVD_LOG(Warning) << "not finalising MPI after a communication failure";
     return;
   }

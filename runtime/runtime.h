@@ -10,10 +10,12 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cluster/gpu_assignment.h"
 #include "hvd/collectives.h"
@@ -74,7 +76,9 @@ class Runtime {
   // The watchdog: ends this process when one data-plane op has been running for longer than the
   // peer timeout (a peer died or the network failed in the middle of it: MPI would wait forever).
   std::thread watchdog_;
-  MPI_Comm probe_comm_ = MPI_COMM_NULL;  // the watchdogs' liveness probes (MPI_THREAD_MULTIPLE only)
+  MPI_Comm probe_comm_ = MPI_COMM_NULL;
+  std::atomic<int> probe_round_{0};
+  std::vector<int> probe_peers(const std::vector<int>& targets, const std::function<void()>& while_waiting);  // the watchdogs' liveness probes (MPI_THREAD_MULTIPLE only)
   std::atomic<int64_t> op_started_ns_{0};  // steady clock, 0 when no op runs
   std::string op_what_;                    // guarded by wake_mu_
   std::atomic<bool> shutdown_requested_{false};

@@ -68,7 +68,8 @@ struct Buffers {
   // 0xFF bytes: NaN for floating types, -1 or 255 for integers; an operation that writes nothing
   // leaves values the check counts as wrong.
   void poison_outputs() {
-    for (auto& o : out_store_) std::memset(o.data(), 0xFF, o.size());
+    for (auto& o : out_store_)
+      if (!o.empty()) std::memset(o.data(), 0xFF, o.size());
   }
   int64_t count_wrong_outputs(int nranks) const {
     int64_t wrong = 0;

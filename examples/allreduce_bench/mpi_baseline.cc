@@ -128,12 +128,14 @@ void MpiBaseline::run_fused(DataType dtype, ReduceOp op, const std::vector<void*
   const std::size_t bytes = static_cast<std::size_t>(count) * hvd::dtype_size(dtype);
   const int64_t total = count * static_cast<int64_t>(in.size());
   char* buffer = static_cast<char*>(fused);
-  for (std::size_t k = 0; k < in.size(); ++k) std::memcpy(buffer + k * bytes, in[k], bytes);
+  if (bytes > 0)
+    for (std::size_t k = 0; k < in.size(); ++k) std::memcpy(buffer + k * bytes, in[k], bytes);
   check_mpi(MPI_Allreduce(MPI_IN_PLACE, buffer, as_mpi_count(total), mpi_type(dtype),
                           mpi_op(dtype, op), comm_),
             "MPI_Allreduce");
   if (op == ReduceOp::kAverage) divide(dtype, buffer, total, size_);
-  for (std::size_t k = 0; k < out.size(); ++k) std::memcpy(out[k], buffer + k * bytes, bytes);
+  if (bytes > 0)
+    for (std::size_t k = 0; k < out.size(); ++k) std::memcpy(out[k], buffer + k * bytes, bytes);
 }
 
 }  // namespace allreduce_bench

@@ -7,6 +7,8 @@
 // MPI count limit applies.
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <thread>
 
 #include "ops/dtype_math.h"
 #include "ops/hierarchical/hierarchical_ops.h"
@@ -29,85 +31,166 @@ MpiHierarchicalAllreduce::MpiHierarchicalAllreduce(const mpi::MpiContext& ctx, F
 
 namespace {
 
-constexpr int kRingTag = 0x4876;             // "Hv": only this file's rings use it, on local/cross
-constexpr int64_t kSegmentBytes = 1 << 20;  // pipelining unit of one block transfer
+constexpr int64_t kSegmentBytes = 1 << 20;      // unit of one message: a block goes in segments
+constexpr int64_t kChunkBytes = 8 << 20;        // pipelining unit of the whole algorithm
+constexpr int kMaxChunks = 16;
+// One tag per phase, so that the in-node reduce-scatter of one chunk and the in-node all-gather of
+// another, which run at the same time on the same communicator, never take each other's messages.
+constexpr int kTagLocalReduceScatter = 0x4871, kTagCross = 0x4872, kTagLocalAllgather = 0x4873;
 
-// The segments of a block of `bytes`: both ends of a transfer cut it the same way, so each
-// segment is one message.
 int64_t num_segments(int64_t bytes) { return bytes == 0 ? 0 : (bytes + kSegmentBytes - 1) / kSegmentBytes; }
 
-}  // namespace
+// One exchange of a ring: send one block to the right neighbour while receiving one from the left
+// (byte offsets into the op's buffer), reducing what arrives or storing it.
+struct RingStep {
+  int64_t send_off, send_bytes, recv_off, recv_bytes;
+  bool reduce;
+};
 
-// One step of a ring: send block `send_off/send_bytes` to `right` while receiving a block of
-// `recv_bytes` from `left`, segment by segment. With `reduce`, each received segment is reduced
-// into buf at `recv_off` as soon as it arrives (two scratch segments, so the next segment arrives
-// while this one is reduced); without, it is received in place.
-void MpiHierarchicalAllreduce::ring_step(char* buf, int64_t send_off, int64_t send_bytes, int64_t recv_off,
-                                         int64_t recv_bytes, bool reduce, DataType dtype, ReduceOp op, int left,
-                                         int right, MPI_Comm comm) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const int64_t ns = num_segments(send_bytes), nr = num_segments(recv_bytes);
-  sends_.assign(static_cast<size_t>(ns), MPI_REQUEST_NULL);
-  for (int64_t i = 0; i < ns; ++i) {
-    const int64_t b = std::min(kSegmentBytes, send_bytes - i * kSegmentBytes);
-    MPI_CHECK(MPI_Isend(buf + send_off + i * kSegmentBytes, static_cast<int>(b), MPI_BYTE, right, kRingTag, comm,
-                        &sends_[static_cast<size_t>(i)]));
-  }
-  char* scratch = reduce ? static_cast<char*>(scratch_.get(static_cast<size_t>(2 * kSegmentBytes))) : nullptr;
-  auto seg_bytes = [&](int64_t i) { return std::min(kSegmentBytes, recv_bytes - i * kSegmentBytes); };
-  auto post = [&](int64_t i, MPI_Request* r) {
-    char* dst = reduce ? scratch + (i % 2) * kSegmentBytes : buf + recv_off + i * kSegmentBytes;
-    MPI_CHECK(MPI_Irecv(dst, static_cast<int>(seg_bytes(i)), MPI_BYTE, left, kRingTag, comm, r));
-  };
-  MPI_Request recv[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  for (int64_t i = 0; i < std::min<int64_t>(nr, 2); ++i) post(i, &recv[i]);
-  for (int64_t i = 0; i < nr; ++i) {
-    MPI_CHECK(MPI_Wait(&recv[i % 2], MPI_STATUS_IGNORE));
-    if (reduce) {
-      reduce_buffers(dtype, op, scratch + (i % 2) * kSegmentBytes, buf + recv_off + i * kSegmentBytes,
-                     static_cast<size_t>(seg_bytes(i) / esize));
-    }
-    if (i + 2 < nr) post(i + 2, &recv[i % 2]);
-  }
-  if (ns > 0) MPI_CHECK(MPI_Waitall(static_cast<int>(ns), sends_.data(), MPI_STATUSES_IGNORE));
-}
-
-// Ring reduce-scatter (reduce=true) or all-gather (reduce=false) of the blocks `s` of buf over
-// `comm` (rank `me` of `p`). Reduce-scatter: at step k rank r sends block r-k-1 and reduces the
-// block r-k-2 it receives, so after p-1 steps it holds the full reduction of block r, computed
-// once, by one rank: every rank ends with bitwise the same values. All-gather: at step k rank r
+// Ring reduce-scatter (reduce) or all-gather steps over the blocks `s` (element offsets, relative
+// to `base` bytes) for rank `me` of `p`. Reduce-scatter: at step k rank r sends block r-k-1 and
+// reduces the block r-k-2 it receives, so after p-1 steps it holds the full reduction of block r,
+// computed once, by one rank: every rank ends with the same bits. All-gather: at step k rank r
 // forwards block r-k and receives block r-k-1.
-void MpiHierarchicalAllreduce::ring(char* buf, const Shards& s, bool reduce, DataType dtype, ReduceOp op, int me,
-                                    int p, MPI_Comm comm) {
-  if (p < 2) return;
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  const int left = (me + p - 1) % p, right = (me + 1) % p;
+void add_ring(std::vector<RingStep>& out, const Shards& s, int64_t base, int64_t esize, bool reduce, int me, int p) {
   auto mod = [p](int v) { return static_cast<size_t>(((v % p) + p) % p); };
   for (int k = 0; k < p - 1; ++k) {
     const size_t sb = reduce ? mod(me - k - 1) : mod(me - k);
     const size_t rb = reduce ? mod(me - k - 2) : mod(me - k - 1);
-    ring_step(buf, s.offsets[sb] * esize, s.counts[sb] * esize, s.offsets[rb] * esize, s.counts[rb] * esize, reduce,
-              dtype, op, left, right, comm);
+    out.push_back({base + s.offsets[sb] * esize, s.counts[sb] * esize, base + s.offsets[rb] * esize,
+                   s.counts[rb] * esize, reduce});
   }
 }
 
-// The three steps, in place on `count` elements of buf: ring reduce-scatter in the node (each
-// local rank ends with the node's sum of its shard), ring all-reduce of that shard across nodes
-// (reduce-scatter and all-gather of sub-shards among the ranks of this local rank), ring
-// all-gather in the node. Hand-written rings, not MPI_Reduce_scatter/MPI_Allreduce: they move
-// the minimum (each rank sends (p-1)/p of its data per phase), pipeline transfers with the
-// reduction in 1 MiB segments, and give identical bits on every rank.
+}  // namespace
+
+// A sequence of ring steps run without blocking, so that several (the phases of different chunks)
+// progress together: poll() does whatever is possible now and returns.
+class MpiHierarchicalAllreduce::RingOp {
+ public:
+  RingOp(char* buf, std::vector<RingStep> steps, DataType dtype, ReduceOp op, int left, int right, MPI_Comm comm,
+         int tag, FusionBuffer& scratch)
+      : buf_(buf), steps_(std::move(steps)), dtype_(dtype), op_(op), left_(left), right_(right), comm_(comm),
+        tag_(tag), scratch_(scratch) {
+    start();
+  }
+  bool done() const { return step_ >= steps_.size(); }
+
+  void poll() {
+    while (!done()) {
+      const RingStep& st = steps_[step_];
+      const int64_t nr = num_segments(st.recv_bytes);
+      while (received_ < nr) {
+        int flag = 0;
+        MPI_CHECK(MPI_Test(&recv_[received_ % 2], &flag, MPI_STATUS_IGNORE));
+        if (!flag) return;
+        if (st.reduce) {
+          const int64_t b = std::min(kSegmentBytes, st.recv_bytes - received_ * kSegmentBytes);
+          reduce_buffers(dtype_, op_, scratch_ptr() + (received_ % 2) * kSegmentBytes,
+                         buf_ + st.recv_off + received_ * kSegmentBytes,
+                         static_cast<size_t>(b / static_cast<int64_t>(dtype_size(dtype_))));
+        }
+        if (received_ + 2 < nr) post_recv(received_ + 2);
+        ++received_;
+      }
+      int all = 0;
+      MPI_CHECK(MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &all, MPI_STATUSES_IGNORE));
+      if (!all) return;
+      ++step_;
+      start();
+    }
+  }
+
+ private:
+  char* scratch_ptr() { return static_cast<char*>(scratch_.get(static_cast<size_t>(2 * kSegmentBytes))); }
+
+  void post_recv(int64_t i) {
+    const RingStep& st = steps_[step_];
+    const int64_t b = std::min(kSegmentBytes, st.recv_bytes - i * kSegmentBytes);
+    char* dst = st.reduce ? scratch_ptr() + (i % 2) * kSegmentBytes : buf_ + st.recv_off + i * kSegmentBytes;
+    MPI_CHECK(MPI_Irecv(dst, static_cast<int>(b), MPI_BYTE, left_, tag_, comm_, &recv_[i % 2]));
+  }
+
+  void start() {
+    received_ = 0;
+    sends_.clear();
+    if (done()) return;
+    const RingStep& st = steps_[step_];
+    const int64_t ns = num_segments(st.send_bytes), nr = num_segments(st.recv_bytes);
+    for (int64_t i = 0; i < std::min<int64_t>(nr, 2); ++i) post_recv(i);
+    sends_.assign(static_cast<size_t>(ns), MPI_REQUEST_NULL);
+    for (int64_t i = 0; i < ns; ++i) {
+      const int64_t b = std::min(kSegmentBytes, st.send_bytes - i * kSegmentBytes);
+      MPI_CHECK(MPI_Isend(buf_ + st.send_off + i * kSegmentBytes, static_cast<int>(b), MPI_BYTE, right_, tag_, comm_,
+                          &sends_[static_cast<size_t>(i)]));
+    }
+  }
+
+  char* buf_;
+  std::vector<RingStep> steps_;
+  DataType dtype_;
+  ReduceOp op_;
+  int left_, right_;
+  MPI_Comm comm_;
+  int tag_;
+  FusionBuffer& scratch_;  // two received segments waiting to be reduced
+  size_t step_ = 0;
+  int64_t received_ = 0;
+  MPI_Request recv_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  std::vector<MPI_Request> sends_;
+};
+
+// The three steps, in place on `count` elements of buf, as hand-written rings (not
+// MPI_Reduce_scatter/MPI_Allreduce: they move the minimum, each rank sending (p-1)/p of its data
+// per phase, and give identical bits on every rank):
+//   1. ring reduce-scatter in the node: each local rank ends with the node's sum of its shard;
+//   2. ring reduce-scatter + all-gather of that shard across nodes, among the ranks of this local
+//      rank: the shard becomes the global sum;
+//   3. ring all-gather in the node.
+// Pipelined: the buffer is cut into chunks of ~8 MiB and at each stage the in-node reduce-scatter
+// of chunk c, the cross-node phase of chunk c-1 and the in-node all-gather of chunk c-2 progress
+// together, so the in-node passes (memory) overlap the cross-node one (network).
 void MpiHierarchicalAllreduce::reduce(char* buf, int64_t count, DataType dtype, ReduceOp op) {
   const auto& topo = ctx_.topology();
-  const Shards local = shard(count, topo.local_size);
-  const size_t mine = static_cast<size_t>(topo.local_rank);
-  ring(buf, local, true, dtype, op, topo.local_rank, topo.local_size, ctx_.local());
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
-  char* shard_buf = buf + local.offsets[mine] * esize;
-  const Shards cross = shard(local.counts[mine], topo.cross_size);
-  ring(shard_buf, cross, true, dtype, op, topo.cross_rank, topo.cross_size, ctx_.cross());
-  ring(shard_buf, cross, false, dtype, op, topo.cross_rank, topo.cross_size, ctx_.cross());
-  ring(buf, local, false, dtype, op, topo.local_rank, topo.local_size, ctx_.local());
+  const int lp = topo.local_size, lr = topo.local_rank, cp = topo.cross_size, cr = topo.cross_rank;
+  const int chunks = static_cast<int>(std::clamp<int64_t>(count * esize / kChunkBytes, 1, kMaxChunks));
+  const Shards chunk = shard(count, chunks);
+
+  auto local_op = [&](int c, bool reduce_scatter) {
+    std::vector<RingStep> steps;
+    const Shards s = shard(chunk.counts[static_cast<size_t>(c)], lp);
+    add_ring(steps, s, chunk.offsets[static_cast<size_t>(c)] * esize, esize, reduce_scatter, lr, lp);
+    return std::make_unique<RingOp>(buf, std::move(steps), dtype, op, (lr + lp - 1) % lp, (lr + 1) % lp,
+                                    ctx_.local(), reduce_scatter ? kTagLocalReduceScatter : kTagLocalAllgather,
+                                    reduce_scatter ? scratch_rs_ : scratch_ag_);
+  };
+  auto cross_op = [&](int c) {
+    std::vector<RingStep> steps;
+    const Shards s = shard(chunk.counts[static_cast<size_t>(c)], lp);
+    const int64_t mine = chunk.offsets[static_cast<size_t>(c)] + s.offsets[static_cast<size_t>(lr)];
+    const Shards sub = shard(s.counts[static_cast<size_t>(lr)], cp);
+    add_ring(steps, sub, mine * esize, esize, true, cr, cp);
+    add_ring(steps, sub, mine * esize, esize, false, cr, cp);
+    return std::make_unique<RingOp>(buf, std::move(steps), dtype, op, (cr + cp - 1) % cp, (cr + 1) % cp,
+                                    ctx_.cross(), kTagCross, scratch_cross_);
+  };
+
+  for (int stage = 0; stage < chunks + 2; ++stage) {
+    std::vector<std::unique_ptr<RingOp>> ops;
+    if (stage < chunks) ops.push_back(local_op(stage, true));
+    if (stage - 1 >= 0 && stage - 1 < chunks) ops.push_back(cross_op(stage - 1));
+    if (stage - 2 >= 0) ops.push_back(local_op(stage - 2, false));
+    for (uint64_t spins = 0;; ++spins) {
+      bool all = true;
+      for (auto& o : ops) {
+        o->poll();
+        all = all && o->done();
+      }
+      if (all) break;
+      if (spins > 2000) std::this_thread::yield();  // 2 ranks on 2 cores: let the other one run
+    }
+  }
 }
 
 void MpiHierarchicalAllreduce::execute(OpBatch& batch) {

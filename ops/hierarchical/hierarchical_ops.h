@@ -45,16 +45,15 @@ class MpiHierarchicalAllreduce : public CollectiveOp {
   void execute(OpBatch& batch) override;
 
  private:
-  // The three steps, in place on `count` contiguous elements of buf.
+  class RingOp;  // allreduce.cc
+  // The three steps, in place on `count` contiguous elements of buf (pipelined by chunks).
   void reduce(char* buf, int64_t count, DataType dtype, ReduceOp op);
-  void ring(char* buf, const Shards& s, bool reduce, DataType dtype, ReduceOp op, int me, int p, MPI_Comm comm);
-  void ring_step(char* buf, int64_t send_off, int64_t send_bytes, int64_t recv_off, int64_t recv_bytes, bool reduce,
-                 DataType dtype, ReduceOp op, int left, int right, MPI_Comm comm);
 
   const mpi::MpiContext& ctx_;
   FusionBuffer& buffer_;
-  FusionBuffer scratch_;              // two received segments waiting to be reduced
-  std::vector<MPI_Request> sends_;    // the segments of the block being sent
+  // Per phase (they run at the same time): two received segments waiting to be reduced. The
+  // all-gather receives in place and never touches its own.
+  FusionBuffer scratch_rs_, scratch_cross_, scratch_ag_;
   HierarchicalPlan plan_;
 };
 

@@ -165,6 +165,28 @@ TEST(HierarchicalOp, EveryOpDtypeAndSizeOnTwoByTwo) {
   }
 }
 
+// Tensors above 16 MiB are cut into chunks whose phases run at the same time (in-node
+// reduce-scatter of one chunk, cross-node phase of the previous one, in-node all-gather of the one
+// before): several chunks, sizes that divide by nothing, 16- and 64-bit types.
+TEST(HierarchicalOp, PipelinedChunksOnTwoByTwo) {
+  const int size = world_size(), rank = world_rank();
+  if (size != 4) GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
+  hvd::ops::mpi::MpiContext ctx(2);
+  hvd::ops::FusionBuffer buffer;
+  MpiHierarchicalAllreduce op(ctx, buffer);
+  for (auto [t, n] : {std::pair{DataType::kFloat32, int64_t{9000007}}, std::pair{DataType::kFloat16, int64_t{12000011}},
+                      std::pair{DataType::kFloat64, int64_t{4000037}}}) {
+    for (ReduceOp rop : {ReduceOp::kSum, ReduceOp::kMax}) {
+      std::vector<Buffer> ins{Buffer(t, n)}, outs;
+      ins[0].fill([&](int64_t i) { return reduce_contrib(rop, t, rank, size, i); });
+      OpBatch b = batch_of(t, rop, size, ins, outs);
+      op.execute(b);
+      check_values(ins[0], [&](int64_t i) { return reduce_expected(rop, t, size, i, 1, 1); },
+                   std::string("pipelined hierarchical ") + op_str(rop) + " n=" + std::to_string(n));
+    }
+  }
+}
+
 TEST(HierarchicalOp, FusedBatchWithScalingOnTwoByTwo) {
   const int size = world_size(), rank = world_rank();
   if (size != 4) GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
@@ -197,7 +219,7 @@ TEST(HierarchicalOp, RingsOfThreeOnSixRanks) {
     MpiHierarchicalAllreduce op(ctx, buffer);
     for (ReduceOp rop : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kProduct}) {
       for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt64}) {
-        for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{7}, int64_t{1000003}}) {
+        for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{7}, int64_t{1000003}, int64_t{6000011}}) {
           std::vector<Buffer> ins{Buffer(t, n)}, outs;
           ins[0].fill([&](int64_t i) { return reduce_contrib(rop, t, rank, size, i); });
           OpBatch b = batch_of(t, rop, size, ins, outs);

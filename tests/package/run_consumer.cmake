@@ -8,6 +8,12 @@ function(run)
   endif()
 endfunction()
 run(${CMAKE_COMMAND} --install ${HVD_BUILD_DIR} --prefix ${WORK_DIR}/prefix)
-run(${CMAKE_COMMAND} -S ${CONSUMER_SRC} -B ${WORK_DIR}/build -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+# A sanitizer build of hvd needs the consumer built with the same sanitizer (its runtime first).
+set(san_flags "")
+if(SANITIZE)
+  set(san_flags -DCMAKE_CXX_FLAGS=-fsanitize=${SANITIZE} -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=${SANITIZE})
+endif()
+run(${CMAKE_COMMAND} -S ${CONSUMER_SRC} -B ${WORK_DIR}/build -G ${GENERATOR} -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
+    ${san_flags})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${MPIEXEC} --oversubscribe --bind-to none -np 3 ${WORK_DIR}/build/consumer)
