@@ -6,6 +6,7 @@
 // while unpacking), as on the flat path. The rings use MPI_BYTE messages of at most 1 MiB, so no
 // MPI count limit applies.
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <memory>
 #include <thread>
@@ -188,7 +189,12 @@ void MpiHierarchicalAllreduce::reduce(char* buf, int64_t count, DataType dtype, 
         all = all && o->done();
       }
       if (all) break;
-      if (spins > 2000) std::this_thread::yield();  // 2 ranks on 2 cores: let the other one run
+      // Spin briefly, then give the core away: ranks share cores with each other and with the
+      // kernel's network processing (and, in a trainer, with compute threads).
+      if (spins > 20000)
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      else if (spins > 2000)
+        std::this_thread::yield();
     }
   }
 }
