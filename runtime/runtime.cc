@@ -539,6 +539,10 @@ void Runtime::shutdown() {
     // Its communicators may involve a lost peer: do not touch them. Kept reachable on purpose (a
     // leak checker would otherwise report it): the process is going down anyway.
     g_abandoned_mpi = mpi_.release();
+    // The first process to exit non-zero makes mpirun end the whole job at once: give the other
+    // ranks a moment to report their own error (rank 0 has just told them whom it lost), so that
+    // every rank's log says what happened.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     HVD_LOG(Warning) << "not finalising MPI after a communication failure";
     return;
   }
