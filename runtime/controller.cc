@@ -226,7 +226,10 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
       MPI_CHECK(MPI_Isend(reply.data(), n + 2, MPI_UINT64_T, r, kTag, comm_, &sends.back()));
     }
     wait_all(sends);
-    if (!lost.empty()) throw CommunicationError(lost_message(lost, patience));
+    if (!lost.empty()) {
+      if (options_.announce_lost) options_.announce_lost(lost);
+      throw CommunicationError(lost_message(lost, patience));
+    }
     return;
   }
   std::vector<uint64_t> reply(n + 2, 0);

@@ -49,6 +49,9 @@ struct ControllerOptions {
   double peer_timeout_seconds = 30;  // HVD_PEER_TIMEOUT_SECONDS
   // Whether a rank is alive though silent (the watchdogs' probe); empty: assume not.
   std::function<bool(int rank)> peer_alive;
+  // Rank 0: tells every rank's watchdog which ranks were lost (besides the reply of this cycle,
+  // which a rank busy in a collective would not read). Empty: nothing.
+  std::function<void(const std::vector<int>& lost)> announce_lost;
 };
 
 // The name of the error response that carries the reason for a shutdown decided on rank 0.

@@ -146,6 +146,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
     // Before blaming rank 0 for silence, ask its watchdog whether it is alive (then it is only
     // busy, e.g. stuck with the really lost rank, and will name it).
     co.peer_alive = [this](int rank) { return probe_peers({rank}, nullptr).empty(); };
+    co.announce_lost = [this](const std::vector<int>& lost) { announce_lost(lost); };
   }
   const auto& topo = mpi_->topology();
   controller_ = std::make_unique<Controller>(mpi_->world(), topo.rank, topo.size, co, queue_);
@@ -197,6 +198,25 @@ std::vector<int> Runtime::probe_peers(const std::vector<int>& targets, const std
   return lost;
 }
 
+// Tells every other rank not in `lost` (their watchdogs) that these ranks were lost, so that each
+// logs their names and ends, even one that is waiting in a collective; waits at most 500 ms.
+void Runtime::announce_lost(const std::vector<int>& lost) {
+  if (probe_comm_ == MPI_COMM_NULL) return;
+  using namespace std::chrono;
+  const int size = mpi_->topology().size, me = mpi_->topology().rank;
+  std::vector<MPI_Request> notes;
+  for (int r = 0; r < size; ++r) {
+    if (r == me || std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
+    notes.emplace_back(MPI_REQUEST_NULL);
+    MPI_Isend(lost.data(), static_cast<int>(lost.size()), MPI_INT, r, kLostTag, probe_comm_, &notes.back());
+  }
+  const auto until = steady_clock::now() + milliseconds(500);
+  for (int all = 0; !all && steady_clock::now() < until;) {
+    MPI_Testall(static_cast<int>(notes.size()), notes.data(), &all, MPI_STATUSES_IGNORE);
+    if (!all) std::this_thread::sleep_for(milliseconds(5));
+  }
+}
+
 // The watchdog thread. With MPI_THREAD_MULTIPLE it also answers other ranks' liveness probes on
 // its own communicator (probe_comm_), every 100 ms, so a rank whose background thread is stuck in
 // a collective still answers. When this rank's data-plane op has run for HVD_PEER_TIMEOUT_SECONDS
@@ -227,7 +247,9 @@ void Runtime::watchdog() {
       pongs.emplace_back(MPI_REQUEST_NULL);
       MPI_Isend(nullptr, 0, MPI_INT, st.MPI_SOURCE, kPongTagBase + (r & 0xFFF), probe_comm_, &pongs.back());
     }
-    // A lost-rank notice from a rank that found a peer gone: the job cannot go on.
+    // A lost-rank notice from a rank that found a peer gone: the job cannot go on. A background
+    // thread in the negotiation gets the same news from rank 0 and stops with an error the program
+    // can catch: give it a second. One stuck in a collective never would: end the process.
     int flag = 0;
     MPI_Status st;
     if (MPI_Iprobe(MPI_ANY_SOURCE, kLostTag, probe_comm_, &flag, &st) == MPI_SUCCESS && flag) {
@@ -235,14 +257,19 @@ void Runtime::watchdog() {
       MPI_Get_count(&st, MPI_INT, &count);
       std::vector<int> lost(static_cast<size_t>(std::max(count, 0)));
       MPI_Recv(lost.data(), count, MPI_INT, st.MPI_SOURCE, kLostTag, probe_comm_, MPI_STATUS_IGNORE);
-      std::string ranks;
-      for (int r : lost) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-      HVD_LOG(Error) << "rank" << (lost.size() > 1 ? "s " : " ") << ranks << (lost.size() > 1 ? " were" : " was")
-                     << " lost: rank " << st.MPI_SOURCE << " had no answer from " << (lost.size() > 1 ? "them" : "it")
-                     << " for HVD_PEER_TIMEOUT_SECONDS=" << config_.peer_timeout_seconds
-                     << " s. The process died or its node's network failed; see that rank's log and the launcher's "
-                        "message. Ending this process so that the job does not hang.";
-      std::_Exit(70);
+      const auto until = steady_clock::now() + seconds(1);
+      while (!stopped_.load() && op_started_ns_.load() == 0 && steady_clock::now() < until)
+        std::this_thread::sleep_for(milliseconds(10));
+      if (!stopped_.load()) {
+        std::string ranks;
+        for (int r : lost) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        HVD_LOG(Error) << "rank" << (lost.size() > 1 ? "s " : " ") << ranks << (lost.size() > 1 ? " were" : " was")
+                       << " lost: rank " << st.MPI_SOURCE << " had no answer from " << (lost.size() > 1 ? "them" : "it")
+                       << " for HVD_PEER_TIMEOUT_SECONDS=" << config_.peer_timeout_seconds
+                       << " s. The process died or its node's network failed; see that rank's log and the "
+                          "launcher's message. Ending this process so that the job does not hang.";
+        std::_Exit(70);
+      }
     }
     // Forget the answers that have gone out.
     for (size_t i = 0; i < pongs.size();) {
@@ -285,17 +312,7 @@ void Runtime::watchdog() {
         if (!lost.empty()) {
           // Tell every rank that answered, so that each names the lost rank too (rather than a
           // rank it waits for in turn), then end.
-          std::vector<MPI_Request> notes;
-          for (int r = 0; r < size; ++r) {
-            if (r == me || std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
-            notes.emplace_back(MPI_REQUEST_NULL);
-            MPI_Isend(lost.data(), static_cast<int>(lost.size()), MPI_INT, r, kLostTag, probe_comm_, &notes.back());
-          }
-          const auto note_until = steady_clock::now() + milliseconds(500);
-          for (int all = 0; !all && steady_clock::now() < note_until;) {
-            MPI_Testall(static_cast<int>(notes.size()), notes.data(), &all, MPI_STATUSES_IGNORE);
-            if (!all) std::this_thread::sleep_for(milliseconds(5));
-          }
+          announce_lost(lost);
           std::string ranks;
           for (int r : lost) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
           HVD_LOG(Error) << what << " did not complete: rank" << (lost.size() > 1 ? "s " : " ") << ranks
@@ -542,7 +559,7 @@ void Runtime::shutdown() {
     // The first process to exit non-zero makes mpirun end the whole job at once: give the other
     // ranks a moment to report their own error (rank 0 has just told them whom it lost), so that
     // every rank's log says what happened.
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::this_thread::sleep_for(std::chrono::seconds(2));
     HVD_LOG(Warning) << "not finalising MPI after a communication failure";
     return;
   }
