@@ -60,11 +60,21 @@ bool all_hosts_local(const std::vector<cluster::HostSlots>& hosts) {
   return true;
 }
 
-int exec_plan(const LaunchPlan& plan) {
+namespace {
+
+// Sets plan.env in this process and returns plan.argv as execvp wants it (null-terminated).
+std::vector<char*> prepare_exec(const LaunchPlan& plan) {
   for (const auto& [k, v] : plan.env) ::setenv(k.c_str(), v.c_str(), 1);
   std::vector<char*> argv;
   for (const auto& a : plan.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  return argv;
+}
+
+}  // namespace
+
+int exec_plan(const LaunchPlan& plan) {
+  std::vector<char*> argv = prepare_exec(plan);
   std::fflush(stdout);
   ::execvp(argv[0], argv.data());
   int err = errno;
@@ -153,10 +163,7 @@ int supervise_plan(const LaunchPlan& plan, int abort_grace_seconds) {
     ::close(execfail[0]);
     ::dup2(errpipe[1], STDERR_FILENO);
     ::close(errpipe[1]);
-    for (const auto& [k, v] : plan.env) ::setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> argv;
-    for (const auto& a : plan.argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
+    std::vector<char*> argv = prepare_exec(plan);
     ::execvp(argv[0], argv.data());
     int err = errno;
     (void)!::write(execfail[1], &err, sizeof err);
@@ -232,8 +239,10 @@ int supervise_plan(const LaunchPlan& plan, int abort_grace_seconds) {
     if (aborting && Clock::now() > deadline) {
       std::fprintf(stderr,
                    "hvdrun: error: mpirun has been aborting the job for %d s without finishing: a node it "
-                   "started ranks on no longer answers (its host or network link failed). Ending mpirun; "
-                   "ranks on that node end when their daemon loses mpirun.\n",
+                   "started ranks on no longer answers (its host or network link failed; the ranks' errors "
+                   "above name the lost ranks). Ending mpirun; ranks on that node end when their daemon "
+                   "loses mpirun. Check that node, then rerun without it (-H/--hostfile) or resume from the "
+                   "last checkpoint.\n",
                    abort_grace_seconds);
       // mpirun's own children (the ranks on this node, helpers) would be left orphaned: end them too.
       ::kill(pid, SIGSTOP);

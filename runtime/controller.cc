@@ -244,13 +244,7 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
   while (!missing.empty() && options_.peer_alive && options_.peer_alive(0)) {
     deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
                                   std::chrono::duration<double>(options_.peer_timeout_seconds));
-    std::vector<MPI_Request> left;
-    for (int i : missing) left.push_back(reqs[static_cast<size_t>(i)]);
-    std::vector<int> still = wait_all(left);
-    for (size_t k = 0; k < left.size(); ++k) reqs[static_cast<size_t>(missing[k])] = left[k];
-    std::vector<int> next;
-    for (int k : still) next.push_back(missing[static_cast<size_t>(k)]);
-    missing = next;
+    missing = wait_all(reqs);  // completed requests are MPI_REQUEST_NULL now: they test done at once
     waited += options_.peer_timeout_seconds;
   }
   if (!missing.empty())

@@ -393,7 +393,7 @@ void Runtime::loop() {
         }
       }
       std::unique_lock<std::mutex> lock(wake_mu_);
-      cycle_cv_.wait_until(lock, start + cycle, [&] { return shutdown_requested_.load(); });
+      wake_cv_.wait_until(lock, start + cycle, [&] { return shutdown_requested_.load(); });
     }
     queue_.close(detail::ErrorKind::kInvalidArgument,
                  shutdown_reason_.empty()
@@ -540,11 +540,7 @@ void Runtime::shutdown() {
   if (finished_) return;
   finished_ = true;
   shutdown_requested_ = true;
-  {
-    std::lock_guard<std::mutex> lock(wake_mu_);
-    wake_cv_.notify_all();
-    cycle_cv_.notify_all();
-  }
+  wake_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   stopped_ = true;
   wake_cv_.notify_all();

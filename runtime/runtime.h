@@ -89,7 +89,6 @@ class Runtime {
   std::atomic<int> barrier_counter_{0};
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
-  std::condition_variable cycle_cv_;  // with wake_mu_: the background thread's sleep between cycles
 };
 
 }  // namespace hvd

@@ -70,7 +70,7 @@ void add_ring(std::vector<RingStep>& out, const Shards& s, int64_t base, int64_t
 class MpiHierarchicalAllreduce::RingOp {
  public:
   RingOp(char* buf, std::vector<RingStep> steps, DataType dtype, ReduceOp op, int left, int right, MPI_Comm comm,
-         int tag, FusionBuffer& scratch)
+         int tag, FusionBuffer* scratch)
       : buf_(buf), steps_(std::move(steps)), dtype_(dtype), op_(op), left_(left), right_(right), comm_(comm),
         tag_(tag), scratch_(scratch) {
     start();
@@ -103,7 +103,7 @@ class MpiHierarchicalAllreduce::RingOp {
   }
 
  private:
-  char* scratch_ptr() { return static_cast<char*>(scratch_.get(static_cast<size_t>(2 * kSegmentBytes))); }
+  char* scratch_ptr() { return static_cast<char*>(scratch_->get(static_cast<size_t>(2 * kSegmentBytes))); }
 
   void post_recv(int64_t i) {
     const RingStep& st = steps_[step_];
@@ -134,7 +134,7 @@ class MpiHierarchicalAllreduce::RingOp {
   int left_, right_;
   MPI_Comm comm_;
   int tag_;
-  FusionBuffer& scratch_;  // two received segments waiting to be reduced
+  FusionBuffer* scratch_;  // two received segments waiting to be reduced (null: never reduces)
   size_t step_ = 0;
   int64_t received_ = 0;
   MPI_Request recv_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
@@ -164,7 +164,7 @@ void MpiHierarchicalAllreduce::reduce(char* buf, int64_t count, DataType dtype, 
     add_ring(steps, s, chunk.offsets[static_cast<size_t>(c)] * esize, esize, reduce_scatter, lr, lp);
     return std::make_unique<RingOp>(buf, std::move(steps), dtype, op, (lr + lp - 1) % lp, (lr + 1) % lp,
                                     ctx_.local(), reduce_scatter ? kTagLocalReduceScatter : kTagLocalAllgather,
-                                    reduce_scatter ? scratch_rs_ : scratch_ag_);
+                                    reduce_scatter ? &scratch_rs_ : nullptr);
   };
   auto cross_op = [&](int c) {
     std::vector<RingStep> steps;
@@ -174,7 +174,7 @@ void MpiHierarchicalAllreduce::reduce(char* buf, int64_t count, DataType dtype, 
     add_ring(steps, sub, mine * esize, esize, true, cr, cp);
     add_ring(steps, sub, mine * esize, esize, false, cr, cp);
     return std::make_unique<RingOp>(buf, std::move(steps), dtype, op, (cr + cp - 1) % cp, (cr + 1) % cp,
-                                    ctx_.cross(), kTagCross, scratch_cross_);
+                                    ctx_.cross(), kTagCross, &scratch_cross_);
   };
 
   for (int stage = 0; stage < chunks + 2; ++stage) {

@@ -51,9 +51,9 @@ class MpiHierarchicalAllreduce : public CollectiveOp {
 
   const mpi::MpiContext& ctx_;
   FusionBuffer& buffer_;
-  // Per phase (they run at the same time): two received segments waiting to be reduced. The
-  // all-gather receives in place and never touches its own.
-  FusionBuffer scratch_rs_, scratch_cross_, scratch_ag_;
+  // Per reducing phase (they run at the same time): two received segments waiting to be
+  // reduced. The all-gather receives in place.
+  FusionBuffer scratch_rs_, scratch_cross_;
   HierarchicalPlan plan_;
 };
 
