@@ -250,7 +250,12 @@ Handle reducescatter_async(TensorRef in, const std::string& name, ReduceOp op) {
 
 void barrier() {
   auto rt = get("barrier()");
-  std::string name = "__hvd.barrier." + std::to_string(rt->next_barrier_id());
+  // One name for every barrier, as in Horovod: a per-rank counter in the name would drift apart
+  // when a barrier completes on some ranks only (the others had joined), and every later barrier
+  // would then wait for a name the other ranks never send. Barriers of several user threads of
+  // one rank take turns (one name can be in flight once per rank).
+  std::lock_guard<std::mutex> turn(rt->barrier_mutex());
+  const std::string name = "__hvd.barrier";
   Request req = make_request(*rt, RequestType::kBarrier, name, TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
   Handle h = submit(*rt, RequestType::kBarrier, name, {}, {}, std::move(req));
   h.wait();

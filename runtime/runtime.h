@@ -47,7 +47,7 @@ class Runtime {
   // background thread stopped.
   Handle enqueue(std::vector<TensorTableEntry> entries, std::vector<Request> requests,
                  std::shared_ptr<detail::HandleState> state);
-  int next_barrier_id() { return barrier_counter_++; }
+  std::mutex& barrier_mutex() { return barrier_mu_; }  // barrier() calls of this rank take turns
 
   // Collective: stops the background thread after the cycle in which every rank has seen the
   // request, fails what is still pending, frees the communicators, finalises MPI if we own it.
@@ -86,7 +86,7 @@ class Runtime {
   std::atomic<bool> stopped_{false};
   bool finished_ = false;  // shutdown() ran
   std::atomic<bool> broken_{false};  // a communication failure stopped the background thread
-  std::atomic<int> barrier_counter_{0};
+  std::mutex barrier_mu_;
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
 };

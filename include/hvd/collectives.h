@@ -55,10 +55,14 @@ Handle alltoall_async(TensorRef in, std::vector<int64_t> splits, const std::stri
 // possible, the first (rows % size) ranks one row larger.
 Handle reducescatter_async(TensorRef in, const std::string& name, ReduceOp op = ReduceOp::kAverage);
 inline void synchronize(Handle& h) { h.wait(); }
-// Returns once every rank has called barrier().
+// Returns once every rank that has not called join() has called barrier(). Calls from several
+// threads of one rank take turns.
 void barrier();
 // This rank has no more data: it contributes the identity to other ranks' collectives until every
-// rank has joined. Returns the rank that joined last.
+// rank has joined. Returns the rank that joined last. While ranks have joined: allreduce and grouped
+// allreduce reduce over the others (kAverage divides by the contributors), allgather gathers the
+// others' rows, broadcast works from a root that has not joined, reducescatter reduces over the
+// others, barrier releases the others, and alltoall fails on every caller (docs/architecture.md).
 int join();
 
 // Convenience for std::vector / std::span of arithmetic T (CPU memory).

@@ -5,6 +5,8 @@ hvd_add_mpi_test(test_allreduce test_allreduce.cc TIMEOUT 240)
 hvd_add_mpi_test(test_collectives test_collectives.cc TIMEOUT 240)
 hvd_add_mpi_test(test_async_order test_async_order.cc TIMEOUT 180)
 hvd_add_mpi_test(test_join test_join.cc TIMEOUT 180)
+# What each collective does while some ranks have joined, then normal operation after join().
+hvd_add_mpi_test(test_join_collectives test_join_collectives.cc TIMEOUT 240)
 hvd_add_mpi_test(test_errors test_errors.cc TIMEOUT 180)
 hvd_add_mpi_test(test_memory test_memory.cc TIMEOUT 400)
 # Needs a process in which nothing has called init() yet: its own binary.
