@@ -13,6 +13,7 @@
 #include "hvd/error.h"
 #include "hvd/hvd.h"
 #include "runtime/runtime.h"
+#include "runtime/terminate_handler.h"
 
 namespace hvd {
 namespace {
@@ -99,6 +100,7 @@ void init() {
   Config config = load_config(process_env_lookup());
   inst.runtime = std::make_shared<Runtime>(config);
   inst.was_shut_down = false;
+  if (config.terminate_handler) detail::install_terminate_handler(inst.runtime->topology().rank);
 }
 
 void shutdown() {

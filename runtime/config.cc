@@ -63,7 +63,7 @@ const std::vector<ConfigVar>& config_registry() {
        "Mark each background cycle in the timeline.", {}, 0, 0, "timeline-mark-cycles", 1,
        "Mark cycles in the timeline (flag without value)."},
       {"HVD_STALL_CHECK_TIME_SECONDS", ConfigType::kDouble, "60",
-       "Seconds between rank 0's warnings about tensors some ranks have not submitted.", {}, 0,
+       "Seconds a tensor may wait for ranks that have not submitted it before rank 0 warns (and again every as many seconds).", {}, 0,
        1e9, "stall-check-warning-time-seconds", 1, "Seconds before a stall warning."},
       {"HVD_STALL_SHUTDOWN_TIME_SECONDS", ConfigType::kDouble, "0",
        "Seconds after which stalled tensors fail and the job shuts down (0: never).", {}, 0, 1e9,
@@ -79,6 +79,9 @@ const std::vector<ConfigVar>& config_registry() {
       {"HVD_PEER_TIMEOUT_SECONDS", ConfigType::kDouble, "30",
        "Seconds without a sign of life from a peer before it is declared lost.", {}, 1, 1e6, "",
        1, ""},
+      {"HVD_TERMINATE_HANDLER", ConfigType::kBool, "1",
+       "An uncaught hvd::Error ends the process with its message and exit status 1 instead of abort().",
+       {}, 0, 0, "", 1, ""},
   };
   return registry;
 }
@@ -188,6 +191,7 @@ Config load_config(const EnvLookup& env) {
   c.log_level = get_enum("HVD_LOG_LEVEL");
   c.start_timeout_seconds = get_double("HVD_START_TIMEOUT");
   c.peer_timeout_seconds = get_double("HVD_PEER_TIMEOUT_SECONDS");
+  c.terminate_handler = get_bool("HVD_TERMINATE_HANDLER");
   return c;
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/controller.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <thread>
 
@@ -36,9 +37,13 @@ void Controller::classify(Request&& r) {
   uint32_t pos = 0;
   if (cache_.capacity() > 0 && !joined_) {
     switch (cache_.lookup(r, &pos)) {
-      case ResponseCache::Lookup::kHit:
-        cached_pending_.emplace(pos, PendingHit{std::move(r), std::chrono::steady_clock::now()});
+      case ResponseCache::Lookup::kHit: {
+        // Patience counts from the user's submission, not from this cycle.
+        const auto since = r.submitted == std::chrono::steady_clock::time_point{} ? std::chrono::steady_clock::now()
+                                                                                 : r.submitted;
+        cached_pending_.emplace(pos, PendingHit{std::move(r), since});
         return;
+      }
       case ResponseCache::Lookup::kInvalid:
         invalid_positions_.push_back(pos);
         break;
@@ -255,6 +260,10 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
 }
 
 std::vector<Response> Controller::slow_path() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& r : uncached_)
+    if (r.submitted != std::chrono::steady_clock::time_point{})
+      r.waited_seconds = std::max(0.0, std::chrono::duration<double>(now - r.submitted).count());
   std::string mine = serialize_requests(uncached_);
   uncached_.clear();
   int my_len = static_cast<int>(mine.size());
@@ -287,6 +296,7 @@ std::vector<Response> Controller::slow_path() {
 }
 
 void Controller::coordinator_add(std::vector<Request>&& requests) {
+  const auto now = std::chrono::steady_clock::now();
   for (auto& r : requests) {
     if (r.type == RequestType::kJoin) {
       joined_ranks_.insert(r.rank);
@@ -302,6 +312,10 @@ void Controller::coordinator_add(std::vector<Request>&& requests) {
       arrival_.push_back(r.name);
     }
     if (r.rank < 0 || r.rank >= size_ || e.requests[r.rank].rank != -1) continue;
+    // The stall clock starts at the first submission on any rank (the sender says how long ago).
+    const double waited = std::isfinite(r.waited_seconds) ? std::clamp(r.waited_seconds, 0.0, 1e7) : 0.0;
+    e.first_seen = std::min(e.first_seen, now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                    std::chrono::duration<double>(waited)));
     ++e.count;
     e.requests[r.rank] = std::move(r);
   }
@@ -488,8 +502,12 @@ std::vector<Controller::Stall> Controller::stalled(double older_than_seconds) co
     Stall s;
     s.name = name;
     s.seconds = age;
-    for (int r = 0; r < size_; ++r)
-      if (e.requests[r].rank == -1 && !joined_ranks_.count(r)) s.missing_ranks.push_back(r);
+    for (int r = 0; r < size_; ++r) {
+      if (e.requests[r].rank != -1)
+        s.submitted_ranks.push_back(r);
+      else if (!joined_ranks_.count(r))
+        s.missing_ranks.push_back(r);
+    }
     out.push_back(std::move(s));
   }
   return out;

@@ -65,10 +65,12 @@ class Controller {
   // whether any rank asked (then every rank stops after executing the returned responses).
   std::vector<Response> cycle(bool shutdown_requested, bool* shutdown);
 
-  // Names submitted by some ranks and not others, for the stall inspector (rank 0 only):
-  // name -> (ranks missing, seconds since first submission).
+  // Names submitted by some ranks and not others, for the stall inspector (rank 0 only), in order
+  // of arrival: who submitted, who did not (joined ranks are neither), and the seconds since the
+  // first submission on any rank.
   struct Stall {
     std::string name;
+    std::vector<int> submitted_ranks;
     std::vector<int> missing_ranks;
     double seconds = 0;
   };

@@ -110,6 +110,7 @@ std::string serialize_requests(const std::vector<Request>& requests) {
     w.str(r.group);
     w.pod(r.group_size);
     w.str(r.error);
+    w.pod(r.waited_seconds);
   }
   return w.take();
 }
@@ -134,6 +135,7 @@ std::vector<Request> parse_requests(const char* data, size_t size) {
     r.group = rd.str();
     r.group_size = rd.pod<int32_t>();
     r.error = rd.str();
+    r.waited_seconds = rd.pod<double>();
   }
   return out;
 }

@@ -6,6 +6,7 @@
 // MPI_Bcast; parsing checks every length against the buffer (a corrupt message is an
 // InternalError, never a crash).
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,6 +32,12 @@ struct Request {
   std::string group;       // grouped allreduce: the group's name ("" when not grouped)
   int32_t group_size = 0;  // members in the group
   std::string error;       // a local validation failure every rank must see (e.g. bad splits)
+  // How long the request had waited on its rank when it was sent to rank 0 (set by the sender), so
+  // that rank 0's stall inspector measures a stall from the first submission on any rank, whatever
+  // the clocks of other nodes say and however long the request waited on the cached fast path.
+  double waited_seconds = 0;
+  // When the user submitted it (this process's steady clock; not sent).
+  std::chrono::steady_clock::time_point submitted{};
 };
 
 enum class ResponseType : uint8_t { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kBarrier, kJoin, kError };

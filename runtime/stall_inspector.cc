@@ -4,13 +4,33 @@
 #include <cstdio>
 
 namespace hvd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration seconds_of(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  return buf;
+}
+
+std::string setting_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", s);
+  return buf;
+}
+
+// At most this many tensors are named in one warning or error; the rest are counted.
+constexpr size_t kMaxListed = 8;
+
+}  // namespace
 
 StallInspector::StallInspector(const StallOptions& options)
-    : options_(options),
-      next_check_(std::chrono::steady_clock::now() +
-                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                      std::chrono::duration<double>(options.check_seconds))),
-      next_warning_(next_check_) {}
+    : options_(options), next_check_(Clock::now()), next_warning_(Clock::now()) {}
 
 double StallInspector::fast_path_patience_seconds() const {
   if (options_.disabled) return 1e18;
@@ -19,46 +39,84 @@ double StallInspector::fast_path_patience_seconds() const {
   return std::max(0.05, std::min(limit, 5.0));
 }
 
+std::string StallInspector::rank_list(const std::vector<int>& ranks) {
+  if (ranks.empty()) return "no rank";
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  size_t runs = 0;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (runs == 16) {
+      out += " and " + std::to_string(ranks.size() - i) + " more";
+      break;
+    }
+    out += (runs ? ", " : "") + std::to_string(ranks[i]);
+    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    ++runs;
+    i = j + 1;
+  }
+  return out;
+}
+
 std::string StallInspector::describe(const Controller::Stall& s) {
-  std::string ranks;
-  for (size_t i = 0; i < s.missing_ranks.size(); ++i) ranks += (i ? ", " : "") + std::to_string(s.missing_ranks[i]);
-  char secs[32];
-  std::snprintf(secs, sizeof(secs), "%.1f s", s.seconds);
-  return "'" + s.name + "' (missing rank" + (s.missing_ranks.size() == 1 ? " " : "s ") + ranks + "; waiting " + secs + ")";
+  return "'" + s.name + "' (submitted by " + rank_list(s.submitted_ranks) + "; missing " + rank_list(s.missing_ranks) +
+         "; " + seconds_text(s.seconds) + ")";
 }
 
 StallInspector::Verdict StallInspector::check(const Controller& controller) {
+  if (options_.disabled) return {};
+  const auto now = Clock::now();
+  if (now < next_check_) return {};
+  next_check_ = now + seconds_of(kPollSeconds);
+  double threshold = options_.check_seconds;
+  if (options_.shutdown_seconds > 0) threshold = std::min(threshold, options_.shutdown_seconds);
+  return judge(controller.stalled(threshold), now);
+}
+
+StallInspector::Verdict StallInspector::judge(const std::vector<Controller::Stall>& stalls, Clock::time_point now) {
   Verdict v;
   if (options_.disabled) return v;
-  auto now = std::chrono::steady_clock::now();
-  if (now < next_check_) return v;
-  next_check_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(std::min(options_.check_seconds,
-                                                                 options_.shutdown_seconds > 0 ? options_.shutdown_seconds / 4 + 0.05 : 1e18)));
-  std::vector<Controller::Stall> stalls = controller.stalled(std::min(options_.check_seconds,
-                                                                      options_.shutdown_seconds > 0 ? options_.shutdown_seconds : 1e18));
-  std::string list;
-  for (const auto& s : stalls) {
-    if (s.seconds >= options_.check_seconds) list += (list.empty() ? "" : ", ") + describe(s);
-    if (options_.shutdown_seconds > 0 && s.seconds >= options_.shutdown_seconds) {
-      std::string ranks;
-      for (size_t i = 0; i < s.missing_ranks.size(); ++i) ranks += (i ? ", " : "") + std::to_string(s.missing_ranks[i]);
-      v.failures.emplace_back(
-          s.name, "stalled: rank" + std::string(s.missing_ranks.size() == 1 ? " " : "s ") + ranks +
-                      " did not submit '" + s.name + "' within HVD_STALL_SHUTDOWN_TIME_SECONDS=" +
-                      std::to_string(static_cast<int>(options_.shutdown_seconds)) +
-                      " s, so hvd shut down. Make every rank submit the same tensors (a rank that returned early, "
-                      "skipped a step or took another branch?).");
+  // Oldest first: the one that explains the others usually stalled first.
+  std::vector<const Controller::Stall*> sorted;
+  for (const auto& s : stalls) sorted.push_back(&s);
+  std::stable_sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->seconds > b->seconds; });
+  auto list_of = [&](double older_than) {
+    std::string list;
+    size_t n = 0, more = 0;
+    for (const auto* s : sorted) {
+      if (s->seconds < older_than) continue;
+      if (n++ < kMaxListed)
+        list += (list.empty() ? "" : "; ") + describe(*s);
+      else
+        ++more;
     }
-  }
-  if (!list.empty() && now >= next_warning_) {
-    next_warning_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(options_.check_seconds));
+    if (more) list += "; and " + std::to_string(more) + " more";
+    return list;
+  };
+
+  const std::string warn = list_of(options_.check_seconds);
+  if (!warn.empty() && now >= next_warning_) {
+    next_warning_ = now + seconds_of(options_.check_seconds);
     v.warnings.push_back("stall: tensors submitted by some ranks and not others for more than " +
-                         std::to_string(static_cast<int>(options_.check_seconds)) + " s: " + list +
-                         ". Every rank must submit the same tensors; HVD_STALL_SHUTDOWN_TIME_SECONDS fails them.");
+                         setting_text(options_.check_seconds) + " s (HVD_STALL_CHECK_TIME_SECONDS): " + warn +
+                         ". Every rank must submit the same tensors (a rank that skipped a step, returned early or "
+                         "took another branch?)" +
+                         (options_.shutdown_seconds > 0
+                              ? "; hvd shuts down after HVD_STALL_SHUTDOWN_TIME_SECONDS=" +
+                                    setting_text(options_.shutdown_seconds) + " s."
+                              : "; HVD_STALL_SHUTDOWN_TIME_SECONDS fails them instead of waiting forever."));
   }
-  if (!v.failures.empty()) v.shutdown_reason = v.failures.front().second;
+  if (options_.shutdown_seconds > 0 && !sorted.empty() && sorted.front()->seconds >= options_.shutdown_seconds) {
+    // Every stalled tensor fails, with one message naming them all: the tensor one rank skipped
+    // and the one another rank is stuck on are usually two sides of the same mistake.
+    const std::string reason =
+        "stalled for more than HVD_STALL_SHUTDOWN_TIME_SECONDS=" + setting_text(options_.shutdown_seconds) +
+        " s, so hvd shut down: " + list_of(0) +
+        ". Every rank must submit the same tensors (a rank that skipped a step, returned early or took another "
+        "branch?).";
+    for (const auto* s : sorted) v.failures.emplace_back(s->name, reason);
+    v.shutdown_reason = reason;
+  }
   return v;
 }
 

@@ -21,7 +21,11 @@ void TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
     std::string name = e.name;
     table_.emplace(std::move(name), std::move(e));
   }
-  for (auto& r : requests) requests_.push_back(std::move(r));
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& r : requests) {
+    r.submitted = now;
+    requests_.push_back(std::move(r));
+  }
 }
 
 void TensorQueue::pop_requests(std::vector<Request>* out) {

@@ -43,3 +43,16 @@ foreach(np 2 3)
       ENVIRONMENT "${HVD_TEST_ROOT_ENV}" PASS_REGULAR_EXPRESSION "PASS: ended")
   endforeach()
 endforeach()
+
+# Stall timing and blame: rank 1 skips one of four gradients in a training loop. Warnings come
+# 2-4 s into the stall and every 2 s after, name both stalled tensors with who submitted them, and
+# every rank ends with one error line through hvd's terminate handler (no abort backtrace).
+add_executable(test_stall_skip_program test_stall_skip_program.cc)
+target_link_libraries(test_stall_skip_program PRIVATE hvd)
+hvd_set_warnings(test_stall_skip_program)
+foreach(np 2 3 4)
+  add_test(NAME test_stall_timing.np${np}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_stall_timing.sh ${HVD_MPIEXEC} ${np} $<TARGET_FILE:test_stall_skip_program>)
+  set_tests_properties(test_stall_timing.np${np} PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS ${np}
+    ENVIRONMENT "${HVD_TEST_ROOT_ENV}" PASS_REGULAR_EXPRESSION "PASS: warnings")
+endforeach()

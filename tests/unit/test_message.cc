@@ -19,6 +19,7 @@ TEST(Message, RequestsRoundTrip) {
   a.group = "g";
   a.group_size = 5;
   a.error = "bad";
+  a.waited_seconds = 2.5;
   a.device = Device::cuda(1);
   Request b;
   b.name = "";
@@ -34,6 +35,7 @@ TEST(Message, RequestsRoundTrip) {
   EXPECT_EQ(out[0].group, "g");
   EXPECT_EQ(out[0].group_size, 5);
   EXPECT_EQ(out[0].error, "bad");
+  EXPECT_EQ(out[0].waited_seconds, 2.5);
   EXPECT_EQ(out[0].device, Device::cuda(1));
 }
 
