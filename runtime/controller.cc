@@ -211,6 +211,30 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
     std::vector<MPI_Request> reqs(size_ - 1);
     for (int r = 1; r < size_; ++r) MPI_CHECK(MPI_Irecv(in[r].data(), n, MPI_UINT64_T, r, kTag, comm_, &reqs[r - 1]));
     std::vector<int> missing = wait_all(reqs);
+    // Silence is not death: a rank on an overloaded node (or under a sanitizer) can miss the
+    // deadline while alive. Ask the silent ranks' watchdogs; those that answer get another
+    // timeout, as often as it takes (a rank stuck for good ends itself through its own watchdog
+    // and then stops answering). Only ranks that do not answer are lost.
+    double waited = patience;
+    while (!missing.empty() && options_.unresponsive) {
+      std::vector<int> silent;
+      for (int i : missing) silent.push_back(i + 1);
+      const std::vector<int> dead = options_.unresponsive(silent);
+      if (!dead.empty()) {
+        missing.clear();
+        for (int r : dead) missing.push_back(r - 1);
+        break;
+      }
+      HVD_LOG(Warning) << rank_list(silent) << (silent.size() == 1 ? " has" : " have")
+                       << " not taken part in the negotiation for " << static_cast<int>(waited)
+                       << " s, but " << (silent.size() == 1 ? "answers" : "answer")
+                       << " the liveness probe: alive but slow (an overloaded node?); waiting "
+                       << options_.peer_timeout_seconds << " s more (HVD_PEER_TIMEOUT_SECONDS).";
+      deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                    std::chrono::duration<double>(options_.peer_timeout_seconds));
+      missing = wait_all(reqs);  // completed requests are MPI_REQUEST_NULL now: they test done at once
+      waited += options_.peer_timeout_seconds;
+    }
     std::vector<uint64_t> reply(n + 2, 0);
     std::vector<int> lost;
     for (int i : missing) lost.push_back(i + 1);
@@ -233,7 +257,7 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
     wait_all(sends);
     if (!lost.empty()) {
       if (options_.announce_lost) options_.announce_lost(lost);
-      throw CommunicationError(lost_message(lost, patience));
+      throw CommunicationError(lost_message(lost, waited));
     }
     return;
   }
@@ -246,7 +270,7 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
   // with a rank that is really lost, which it will name): wait again. Each round is bounded, and a
   // rank 0 stuck for good ends itself (its watchdog) and then no longer answers.
   double waited = patience;
-  while (!missing.empty() && options_.peer_alive && options_.peer_alive(0)) {
+  while (!missing.empty() && options_.unresponsive && options_.unresponsive({0}).empty()) {
     deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
                                   std::chrono::duration<double>(options_.peer_timeout_seconds));
     missing = wait_all(reqs);  // completed requests are MPI_REQUEST_NULL now: they test done at once

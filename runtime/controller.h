@@ -47,8 +47,9 @@ struct ControllerOptions {
   // stall inspector can see it (its cache entry is invalidated everywhere first).
   double fast_path_patience_seconds = 5;
   double peer_timeout_seconds = 30;  // HVD_PEER_TIMEOUT_SECONDS
-  // Whether a rank is alive though silent (the watchdogs' probe); empty: assume not.
-  std::function<bool(int rank)> peer_alive;
+  // Of these silent ranks, those that do not answer the watchdogs' liveness probe either (the
+  // really lost ones); the others are alive but busy or slow. Empty: every silent rank is lost.
+  std::function<std::vector<int>(const std::vector<int>& ranks)> unresponsive;
   // Rank 0: tells every rank's watchdog which ranks were lost (besides the reply of this cycle,
   // which a rank busy in a collective would not read). Empty: nothing.
   std::function<void(const std::vector<int>& lost)> announce_lost;

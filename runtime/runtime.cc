@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "cluster/env_resolver.h"
@@ -18,7 +19,9 @@ namespace {
 // The watchdogs' liveness probes (probe_comm_): a ping carries its round, the answer is an empty
 // message whose tag says the round; a lost-rank notice carries the lost ranks.
 constexpr int kPingTag = 0x7001, kLostTag = 0x7002, kPongTagBase = 0x7100;
-constexpr double kProbeWindowSeconds = 3.0;
+// How long a liveness probe waits for the answers: a watchdog answers every 100 ms, so seconds are
+// only needed on an overloaded node; longer with a longer peer timeout, at most 5 s.
+double probe_window_seconds(double peer_timeout_seconds) { return std::clamp(peer_timeout_seconds / 6, 3.0, 5.0); }
 
 // An MPI context abandoned after a communication failure, kept reachable so that a leak checker
 // does not report it (volatile: the store must not be optimised away as dead).
@@ -50,6 +53,18 @@ std::string names_of(const Response& r) {
   if (r.names.size() > 4) s += "' and " + std::to_string(r.names.size() - 4) + " more";
   else s += "'";
   return "'" + s;
+}
+
+// Test hook: HVD_TEST_PAUSE_BACKGROUND=RANK:SECONDS:CYCLE makes that rank's background thread sleep
+// once, before that cycle: a rank that is alive (its watchdog answers) but silent in the
+// negotiation, as on an overloaded node (tests/mpi/test_slow_rank.sh). Returns seconds, or 0.
+double pause_for_test(int rank, long cycle) {
+  const char* v = std::getenv("HVD_TEST_PAUSE_BACKGROUND");
+  int r = -1;
+  double seconds = 0;
+  long at = 0;
+  if (!v || std::sscanf(v, "%d:%lf:%ld", &r, &seconds, &at) != 3 || r != rank || at != cycle) return 0;
+  return seconds;
 }
 
 int fake_local_size_from_env() {
@@ -145,7 +160,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
   if (mpi_->topology().size > 1 && provided >= MPI_THREAD_MULTIPLE) {
     // Before blaming rank 0 for silence, ask its watchdog whether it is alive (then it is only
     // busy, e.g. stuck with the really lost rank, and will name it).
-    co.peer_alive = [this](int rank) { return probe_peers({rank}, nullptr).empty(); };
+    co.unresponsive = [this](const std::vector<int>& ranks) { return probe_peers(ranks, nullptr); };
     co.announce_lost = [this](const std::vector<int>& lost) { announce_lost(lost); };
   }
   const auto& topo = mpi_->topology();
@@ -160,7 +175,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
 }
 
 // Pings `targets` on probe_comm_ (their watchdog threads answer every 100 ms, whatever their
-// background threads are doing) and returns those that did not answer within kProbeWindowSeconds.
+// background threads are doing) and returns those that did not answer within the probe window.
 // `while_waiting` runs between polls (the watchdog answers pings meanwhile). Callable from the
 // watchdog and from the background thread at once: every probe has its own round, and the answer's
 // tag carries it. Requests to ranks that did not answer are left pending (the process ends next).
@@ -177,7 +192,7 @@ std::vector<int> Runtime::probe_peers(const std::vector<int>& targets, const std
         MPI_Isend(&payload[i], 1, MPI_INT, targets[i], kPingTag, probe_comm_, &sends[i]) != MPI_SUCCESS)
       failed[i] = true;  // counts as no answer
   }
-  const auto until = steady_clock::now() + duration<double>(kProbeWindowSeconds);
+  const auto until = steady_clock::now() + duration<double>(probe_window_seconds(config_.peer_timeout_seconds));
   while (steady_clock::now() < until) {
     bool all = true;
     for (size_t i = 0; i < n; ++i) {
@@ -220,7 +235,7 @@ void Runtime::announce_lost(const std::vector<int>& lost) {
 // The watchdog thread. With MPI_THREAD_MULTIPLE it also answers other ranks' liveness probes on
 // its own communicator (probe_comm_), every 100 ms, so a rank whose background thread is stuck in
 // a collective still answers. When this rank's data-plane op has run for HVD_PEER_TIMEOUT_SECONDS
-// it probes every other rank and waits up to kProbeWindowSeconds for the answers: a rank that does
+// it probes every other rank and waits up to the probe window (3-5 s) for the answers: a rank that does
 // not answer is lost (its process died or its node's network failed), and the error names it
 // before the process ends (exit 70: MPI cannot be interrupted). When every rank answers, the op is
 // only slow (a large tensor on a slow network) and it may go on; it is probed again one timeout
@@ -368,7 +383,9 @@ void Runtime::loop() {
   using clock = std::chrono::steady_clock;
   const auto cycle = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   try {
-    while (true) {
+    for (long cycles = 0;; ++cycles) {
+      if (double pause = pause_for_test(mpi_->topology().rank, cycles); pause > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(pause));
       auto start = clock::now();
       bool shutdown = false;
       std::vector<Response> responses = controller_->cycle(shutdown_requested_.load(), &shutdown);

@@ -39,24 +39,7 @@ double StallInspector::fast_path_patience_seconds() const {
   return std::max(0.05, std::min(limit, 5.0));
 }
 
-std::string StallInspector::rank_list(const std::vector<int>& ranks) {
-  if (ranks.empty()) return "no rank";
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  size_t runs = 0;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (runs == 16) {
-      out += " and " + std::to_string(ranks.size() - i) + " more";
-      break;
-    }
-    out += (runs ? ", " : "") + std::to_string(ranks[i]);
-    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
-    ++runs;
-    i = j + 1;
-  }
-  return out;
-}
+std::string StallInspector::rank_list(const std::vector<int>& ranks) { return hvd::rank_list(ranks); }
 
 std::string StallInspector::describe(const Controller::Stall& s) {
   return "'" + s.name + "' (submitted by " + rank_list(s.submitted_ranks) + "; missing " + rank_list(s.missing_ranks) +

@@ -56,3 +56,15 @@ foreach(np 2 3 4)
   set_tests_properties(test_stall_timing.np${np} PROPERTIES LABELS mpi TIMEOUT 90 PROCESSORS ${np}
     ENVIRONMENT "${HVD_TEST_ROOT_ENV}" PASS_REGULAR_EXPRESSION "PASS: warnings")
 endforeach()
+
+# A healthy but slow rank is never declared lost: the last rank's background thread pauses 7 s
+# with a 2 s peer timeout; rank 0 asks its watchdog, finds it alive, and waits.
+add_executable(test_slow_rank_program test_slow_rank_program.cc)
+target_link_libraries(test_slow_rank_program PRIVATE hvd)
+hvd_set_warnings(test_slow_rank_program)
+foreach(np 2 3)
+  add_test(NAME test_slow_rank.np${np}
+    COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/test_slow_rank.sh ${HVD_MPIEXEC} ${np} $<TARGET_FILE:test_slow_rank_program>)
+  set_tests_properties(test_slow_rank.np${np} PROPERTIES LABELS mpi TIMEOUT 150 PROCESSORS ${np}
+    ENVIRONMENT "${HVD_TEST_ROOT_ENV}" PASS_REGULAR_EXPRESSION "PASS: a rank silent")
+endforeach()

@@ -238,8 +238,10 @@ OpSpec draw_op(Generator& g, int size, int64_t max_elements) {
         // Powers of two keep every value exact; integers are scaled by 1 or 2 only (they truncate).
         static const double float_scales[] = {0.25, 0.5, 1, 1, 2};
         static const double int_scales[] = {1, 1, 2};
-        s.prescale = is_float(s.dtype) ? float_scales[g.uniform(0, 4)] : int_scales[g.uniform(0, 2)];
-        s.postscale = is_float(s.dtype) ? float_scales[g.uniform(0, 4)] : int_scales[g.uniform(0, 2)];
+        // Beyond 4 ranks, integer sums of 8-bit types would overflow with a scale of 2: 1 only.
+        const double int_limit = size > 4 ? 1 : 2;
+        s.prescale = is_float(s.dtype) ? float_scales[g.uniform(0, 4)] : std::min(int_limit, int_scales[g.uniform(0, 2)]);
+        s.postscale = is_float(s.dtype) ? float_scales[g.uniform(0, 4)] : std::min(int_limit, int_scales[g.uniform(0, 2)]);
       }
       break;
     case Kind::kGrouped:
@@ -308,6 +310,8 @@ double reduce_value(uint64_t seed, ReduceOp op, DataType t, int size, int r, int
   switch (op) {
     case ReduceOp::kSum: return is_unsigned ? draw(r, 0, 15) : draw(r, -7, 7);
     case ReduceOp::kProduct: {
+      // At most 6 ranks contribute factors of 2 (2^7 overflows int8, 2^8 uint8); the rest +-1.
+      if (r >= 6) return is_unsigned ? 1.0 : (mix(seed, r, i) % 2 ? -1.0 : 1.0);
       static const double s[] = {-2, -1, 1, 2}, u[] = {1, 2};
       return is_unsigned ? u[mix(seed, r, i) % 2] : s[mix(seed, r, i) % 4];
     }
