@@ -1,9 +1,12 @@
 #include "ops/dtype_math.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 // Why the loops look the way they do: the library is built with -O2, where GCC 12 only vectorises
@@ -199,6 +202,101 @@ T identity_of(ReduceOp op) {
   return T{0};
 }
 
+// --- compression (HVD_COMPRESSION) ----------------------------------------------------------------
+// double -> float rounded to odd: the value truncated toward zero, with the last bit set when
+// anything was dropped. A later round-to-nearest-even to p <= 22 bits of that float equals the
+// direct rounding of d (float keeps p + 2 bits, and the odd bit says "not a tie").
+inline float to_float_round_odd(double d) {
+  const float f = static_cast<float>(d);
+  if (static_cast<double>(f) == d || d != d) return f;  // exact, or NaN
+  uint32_t b = std::bit_cast<uint32_t>(f);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) --b;  // rounded away (Inf too): truncate
+  return std::bit_cast<float>(b | 1u);
+}
+
+[[noreturn]] void not_compressible(DataType dtype, DataType wire) {
+  throw std::invalid_argument("compression of dtype " + std::to_string(static_cast<int>(dtype)) + " to wire dtype " +
+                              std::to_string(static_cast<int>(wire)) + " is not supported");
+}
+
+template <uint16_t (*FromFloat)(float), uint16_t (*FromDouble)(double)>
+void compress_typed(DataType dtype, DataType wire, const void* src, uint16_t* __restrict dst, std::size_t n,
+                    double factor) {
+  if (dtype == DataType::kFloat32) {
+    const float* __restrict s = static_cast<const float*>(src);
+    if (factor == 1.0) {
+      for (std::size_t i = 0; i < n; ++i) dst[i] = FromFloat(s[i]);
+    } else {
+      for (std::size_t i = 0; i < n; ++i) dst[i] = FromDouble(static_cast<double>(s[i]) * factor);
+    }
+  } else if (dtype == DataType::kFloat64) {
+    const double* __restrict s = static_cast<const double*>(src);
+    if (factor == 1.0) {
+      for (std::size_t i = 0; i < n; ++i) dst[i] = FromDouble(s[i]);
+    } else {
+      for (std::size_t i = 0; i < n; ++i) dst[i] = FromDouble(s[i] * factor);
+    }
+  } else {
+    not_compressible(dtype, wire);
+  }
+}
+
+template <float (*ToFloat)(uint16_t)>
+void decompress_typed(DataType wire, DataType dtype, const uint16_t* __restrict src, void* dst, std::size_t n,
+                      double factor) {
+  if (dtype == DataType::kFloat32) {
+    float* __restrict d = static_cast<float*>(dst);
+    const float f = static_cast<float>(factor);
+    if (factor == 1.0) {
+      for (std::size_t i = 0; i < n; ++i) d[i] = ToFloat(src[i]);
+    } else if (static_cast<double>(f) == factor) {
+      for (std::size_t i = 0; i < n; ++i) d[i] = ToFloat(src[i]) * f;
+    } else {
+      for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<float>(static_cast<double>(ToFloat(src[i])) * factor);
+    }
+  } else if (dtype == DataType::kFloat64) {
+    double* __restrict d = static_cast<double*>(dst);
+    for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<double>(ToFloat(src[i])) * factor;
+  } else {
+    not_compressible(dtype, wire);
+  }
+}
+
+// k blocks combined element-wise in double, a tile at a time (the k input streams and the output
+// stay few and sequential), then scaled and rounded once. out may alias a block: a tile is read
+// completely before it is written.
+template <float (*ToFloat)(uint16_t), uint16_t (*FromDouble)(double), class Fn>
+void reduce_blocks_typed(const uint16_t* blocks, std::size_t k, std::size_t stride, std::size_t n, double factor,
+                         uint16_t* out, Fn fn) {
+  constexpr std::size_t kTile = 1024;
+  double acc[kTile];
+  for (std::size_t t = 0; t < n; t += kTile) {
+    const std::size_t m = std::min(kTile, n - t);
+    const uint16_t* b0 = blocks + t;
+    for (std::size_t i = 0; i < m; ++i) acc[i] = static_cast<double>(ToFloat(b0[i]));
+    for (std::size_t j = 1; j < k; ++j) {
+      const uint16_t* b = blocks + j * stride + t;
+      for (std::size_t i = 0; i < m; ++i) acc[i] = fn(acc[i], static_cast<double>(ToFloat(b[i])));
+    }
+    if (factor != 1.0) {
+      for (std::size_t i = 0; i < m; ++i) acc[i] *= factor;
+    }
+    for (std::size_t i = 0; i < m; ++i) out[t + i] = FromDouble(acc[i]);
+  }
+}
+
+template <class Fn>
+void reduce_blocks_fn(DataType wire, const uint16_t* blocks, std::size_t k, std::size_t stride, std::size_t n,
+                      double factor, uint16_t* out, Fn fn) {
+  if (wire == DataType::kFloat16) {
+    reduce_blocks_typed<half_to_float, double_to_half>(blocks, k, stride, n, factor, out, fn);
+  } else if (wire == DataType::kBFloat16) {
+    reduce_blocks_typed<bfloat16_to_float, double_to_bfloat16>(blocks, k, stride, n, factor, out, fn);
+  } else {
+    not_compressible(wire, wire);
+  }
+}
+
 }  // namespace
 
 // --- conversions ---------------------------------------------------------------------------------
@@ -267,6 +365,10 @@ uint16_t float_to_bfloat16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+uint16_t double_to_half(double d) { return float_to_half(to_float_round_odd(d)); }
+
+uint16_t double_to_bfloat16(double d) { return float_to_bfloat16(to_float_round_odd(d)); }
+
 // --- buffers -------------------------------------------------------------------------------------
 
 void reduce_buffers(DataType dtype, ReduceOp op, const void* in, void* inout, std::size_t n) {
@@ -323,6 +425,268 @@ void fill_identity(DataType dtype, ReduceOp op, void* data, std::size_t n) {
     case DataType::kFloat64: return fill_n(data, n, identity_of<double>(op));
     case DataType::kFloat16: return fill_n(data, n, float_to_half(identity_of<float>(op)));
     case DataType::kBFloat16: return fill_n(data, n, float_to_bfloat16(identity_of<float>(op)));
+  }
+}
+
+}  // namespace hvd::ops
+
+// --- compression, vectorised (x86-64 with AVX2 and F16C, picked at run time) ----------------------
+// The same arithmetic as the scalar code above, 8 elements at a time: F16C's conversions round to
+// nearest even like float_to_half (NaN payloads included), bf16 uses the same integer rounding,
+// and double -> 16 bits goes through the same round-to-odd float. Each function handles a multiple
+// of 8 elements and returns how many; the scalar code does the rest (and everything on other CPUs).
+// tests/mpi/test_compression.cc compares both paths bit for bit.
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+namespace hvd::ops {
+namespace {
+
+#define HVD_SIMD __attribute__((target("avx2,f16c")))
+
+// AVX2 (which also says the OS saves the YMM registers) and F16C (CPUID leaf 1, ECX bit 29; clang's
+// __builtin_cpu_supports does not know "f16c").
+bool simd_available() {
+  static const bool ok = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
+  }();
+  return ok;
+}
+
+// 8 16-bit values -> 8 floats (exact).
+HVD_SIMD inline __m256 widen8(DataType wire, const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (wire == DataType::kFloat16) return _mm256_cvtph_ps(h);
+  __m256i bits = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+  bits = _mm256_or_si256(bits, _mm256_and_si256(nan, _mm256_set1_epi32(0x00400000)));  // NaN: quiet
+  return _mm256_castsi256_ps(bits);
+}
+
+// 8 floats -> 8 16-bit values, round to nearest even.
+HVD_SIMD inline void narrow8(DataType wire, __m256 f, uint16_t* p) {
+  __m128i out;
+  if (wire == DataType::kFloat16) {
+    out = _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {
+    const __m256i x = _mm256_castps_si256(f);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd), 16);
+    const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    const __m256i v = _mm256_blendv_epi8(rounded, quiet, nan);
+    out = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08));
+  }
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), out);
+}
+
+// 4 + 4 doubles -> 8 floats rounded to odd (to_float_round_odd).
+HVD_SIMD inline __m128i odd4(__m256d d) {
+  const __m128 f = _mm256_cvtpd_ps(d);
+  const __m256d back = _mm256_cvtps_pd(f);
+  const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
+  const __m256d inexact = _mm256_cmp_pd(back, d, _CMP_NEQ_OQ);  // false for NaN
+  const __m256d away = _mm256_cmp_pd(_mm256_and_pd(back, abs_mask), _mm256_and_pd(d, abs_mask), _CMP_GT_OQ);
+  const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  const __m128i inexact32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), pick));
+  const __m128i away32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), pick));
+  __m128i bits = _mm_add_epi32(_mm_castps_si128(f), away32);  // -1 where rounded away: truncate
+  return _mm_or_si128(bits, _mm_and_si128(inexact32, _mm_set1_epi32(1)));
+}
+
+HVD_SIMD inline __m256 odd8(__m256d lo, __m256d hi) {
+  return _mm256_castsi256_ps(_mm256_set_m128i(odd4(hi), odd4(lo)));
+}
+
+HVD_SIMD std::size_t compress_simd(DataType dtype, DataType wire, const void* src, uint16_t* dst, std::size_t n,
+                                   double factor) {
+  const std::size_t m = n / 8 * 8;
+  const __m256d fd = _mm256_set1_pd(factor);
+  if (dtype == DataType::kFloat32) {
+    const float* s = static_cast<const float*>(src);
+    if (factor == 1.0) {
+      for (std::size_t i = 0; i < m; i += 8) narrow8(wire, _mm256_loadu_ps(s + i), dst + i);
+    } else {
+      for (std::size_t i = 0; i < m; i += 8) {
+        const __m256 f = _mm256_loadu_ps(s + i);
+        const __m256d lo = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(f)), fd);
+        const __m256d hi = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(f, 1)), fd);
+        narrow8(wire, odd8(lo, hi), dst + i);
+      }
+    }
+    return m;
+  }
+  if (dtype == DataType::kFloat64) {
+    const double* s = static_cast<const double*>(src);
+    for (std::size_t i = 0; i < m; i += 8) {
+      __m256d lo = _mm256_loadu_pd(s + i), hi = _mm256_loadu_pd(s + i + 4);
+      if (factor != 1.0) {
+        lo = _mm256_mul_pd(lo, fd);
+        hi = _mm256_mul_pd(hi, fd);
+      }
+      narrow8(wire, odd8(lo, hi), dst + i);
+    }
+    return m;
+  }
+  return 0;
+}
+
+HVD_SIMD std::size_t decompress_simd(DataType wire, DataType dtype, const uint16_t* src, void* dst, std::size_t n,
+                                     double factor) {
+  const std::size_t m = n / 8 * 8;
+  const __m256d fd = _mm256_set1_pd(factor);
+  if (dtype == DataType::kFloat32) {
+    float* d = static_cast<float*>(dst);
+    const float f = static_cast<float>(factor);
+    const __m256 ff = _mm256_set1_ps(f);
+    for (std::size_t i = 0; i < m; i += 8) {
+      __m256 v = widen8(wire, src + i);
+      if (factor == 1.0) {
+      } else if (static_cast<double>(f) == factor) {
+        v = _mm256_mul_ps(v, ff);
+      } else {
+        const __m128 lo = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), fd));
+        const __m128 hi = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), fd));
+        v = _mm256_set_m128(hi, lo);
+      }
+      _mm256_storeu_ps(d + i, v);
+    }
+    return m;
+  }
+  if (dtype == DataType::kFloat64) {
+    double* d = static_cast<double*>(dst);
+    for (std::size_t i = 0; i < m; i += 8) {
+      const __m256 v = widen8(wire, src + i);
+      _mm256_storeu_pd(d + i, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), fd));
+      _mm256_storeu_pd(d + i + 4, _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), fd));
+    }
+    return m;
+  }
+  return 0;
+}
+
+HVD_SIMD inline __m256d combine4(ReduceOp op, __m256d a, __m256d b) {
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum: return _mm256_add_pd(a, b);
+    case ReduceOp::kProduct: return _mm256_mul_pd(a, b);
+    case ReduceOp::kMin:  // (b < a || b != b) ? b : a, as min_of
+      return _mm256_blendv_pd(a, b, _mm256_or_pd(_mm256_cmp_pd(b, a, _CMP_LT_OQ), _mm256_cmp_pd(b, b, _CMP_UNORD_Q)));
+    case ReduceOp::kMax:
+      return _mm256_blendv_pd(a, b, _mm256_or_pd(_mm256_cmp_pd(b, a, _CMP_GT_OQ), _mm256_cmp_pd(b, b, _CMP_UNORD_Q)));
+  }
+  return a;
+}
+
+HVD_SIMD std::size_t reduce_blocks_simd(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k,
+                                        std::size_t stride, std::size_t n, double factor, uint16_t* out) {
+  const std::size_t m = n / 8 * 8;
+  const __m256d fd = _mm256_set1_pd(factor);
+  for (std::size_t i = 0; i < m; i += 8) {
+    __m256 v = widen8(wire, blocks + i);
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    for (std::size_t j = 1; j < k; ++j) {
+      v = widen8(wire, blocks + j * stride + i);
+      lo = combine4(op, lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+      hi = combine4(op, hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    }
+    if (factor != 1.0) {
+      lo = _mm256_mul_pd(lo, fd);
+      hi = _mm256_mul_pd(hi, fd);
+    }
+    narrow8(wire, odd8(lo, hi), out + i);
+  }
+  return m;
+}
+
+#undef HVD_SIMD
+
+}  // namespace
+}  // namespace hvd::ops
+#define HVD_DTYPE_SIMD 1
+#else
+#define HVD_DTYPE_SIMD 0
+#endif
+
+namespace hvd::ops {
+
+namespace {
+#if HVD_DTYPE_SIMD
+bool use_simd() { return simd_enabled().load(std::memory_order_relaxed) && simd_available(); }
+#endif
+// The number of leading elements the vectorised code handled (0 without it, or when disabled).
+std::size_t simd_compress(DataType dtype, DataType wire, const void* src, uint16_t* dst, std::size_t n, double factor) {
+#if HVD_DTYPE_SIMD
+  if (use_simd()) return compress_simd(dtype, wire, src, dst, n, factor);
+#endif
+  (void)dtype, (void)wire, (void)src, (void)dst, (void)n, (void)factor;
+  return 0;
+}
+std::size_t simd_decompress(DataType wire, DataType dtype, const uint16_t* src, void* dst, std::size_t n,
+                            double factor) {
+#if HVD_DTYPE_SIMD
+  if (use_simd()) return decompress_simd(wire, dtype, src, dst, n, factor);
+#endif
+  (void)dtype, (void)wire, (void)src, (void)dst, (void)n, (void)factor;
+  return 0;
+}
+std::size_t simd_reduce(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k, std::size_t stride,
+                        std::size_t n, double factor, uint16_t* out) {
+#if HVD_DTYPE_SIMD
+  if (use_simd()) return reduce_blocks_simd(wire, op, blocks, k, stride, n, factor, out);
+#endif
+  (void)wire, (void)op, (void)blocks, (void)k, (void)stride, (void)n, (void)factor, (void)out;
+  return 0;
+}
+}  // namespace
+
+std::atomic<bool>& simd_enabled() {
+  static std::atomic<bool> enabled{true};
+  return enabled;
+}
+
+void compress_copy(DataType dtype, DataType wire, const void* src, uint16_t* dst, std::size_t n, double factor) {
+  if (wire != DataType::kFloat16 && wire != DataType::kBFloat16) not_compressible(dtype, wire);
+  if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) not_compressible(dtype, wire);
+  const std::size_t done = simd_compress(dtype, wire, src, dst, n, factor);
+  src = static_cast<const char*>(src) + done * element_size(dtype);
+  dst += done;
+  n -= done;
+  if (wire == DataType::kFloat16)
+    return compress_typed<float_to_half, double_to_half>(dtype, wire, src, dst, n, factor);
+  return compress_typed<float_to_bfloat16, double_to_bfloat16>(dtype, wire, src, dst, n, factor);
+}
+
+void decompress_copy(DataType wire, DataType dtype, const uint16_t* src, void* dst, std::size_t n, double factor) {
+  if (wire != DataType::kFloat16 && wire != DataType::kBFloat16) not_compressible(dtype, wire);
+  if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) not_compressible(dtype, wire);
+  const std::size_t done = simd_decompress(wire, dtype, src, dst, n, factor);
+  src += done;
+  dst = static_cast<char*>(dst) + done * element_size(dtype);
+  n -= done;
+  if (wire == DataType::kFloat16) return decompress_typed<half_to_float>(wire, dtype, src, dst, n, factor);
+  return decompress_typed<bfloat16_to_float>(wire, dtype, src, dst, n, factor);
+}
+
+void reduce_blocks_16(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k, std::size_t stride,
+                      std::size_t n, double factor, uint16_t* out) {
+  if (n == 0 || k == 0) return;
+  if (wire != DataType::kFloat16 && wire != DataType::kBFloat16) not_compressible(wire, wire);
+  const std::size_t done = simd_reduce(wire, op, blocks, k, stride, n, factor, out);
+  blocks += done;
+  out += done;
+  n -= done;
+  switch (op) {
+    case ReduceOp::kAverage:
+    case ReduceOp::kSum: return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, SumFn{});
+    case ReduceOp::kMin: return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, MinFn{});
+    case ReduceOp::kMax: return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, MaxFn{});
+    case ReduceOp::kProduct: return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, ProductFn{});
   }
 }
 

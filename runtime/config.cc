@@ -55,7 +55,10 @@ const std::vector<ConfigVar>& config_registry() {
        "Backend for GPU tensors: NCCL, or MPI through host memory.", {"NCCL", "MPI"}, 0, 0,
        "gpu-operations", 1, "Backend for GPU tensors: NCCL or MPI."},
       {"HVD_COMPRESSION", ConfigType::kEnum, "none",
-       "Wire compression of float32 GPU gradients: none or fp16.", {"none", "fp16"}, 0, 0, "", 1, ""},
+       "All-reduce wire compression of float32/float64 tensors: none, fp16 or bf16 (other dtypes "
+       "unchanged; CUDA tensors on the NCCL path: fp16 only, float32 sum/average).",
+       {"none", "fp16", "bf16"}, 0, 0, "compression", 1,
+       "All-reduce wire compression of float32/float64 tensors: none, fp16 or bf16."},
       {"HVD_TIMELINE", ConfigType::kString, "",
        "Path of a Chrome-trace JSON timeline written by rank 0 (empty: off).", {}, 0, 0,
        "timeline-filename", 1, "Write a Chrome-trace timeline to this path."},

@@ -44,7 +44,7 @@ struct Config {
   int64_t cache_capacity = 1024;
   bool hierarchical_allreduce = false;
   std::string gpu_operations = "NCCL";   // NCCL | MPI
-  std::string compression = "none";      // none | fp16
+  std::string compression = "none";      // none | fp16 | bf16 (ops/mpi/allreduce.cc)
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   double stall_check_time_seconds = 60;

@@ -184,7 +184,10 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
         }
       }
       if (left == 0) break;
-      if ((spins & 255) == 255 && clock::now() > deadline) break;
+      // The clock is read every 256 spins while spinning, and on every round once the loop sleeps:
+      // on an overloaded machine each sleep can last tens of milliseconds, and 256 of them made
+      // the deadline tens of seconds late (measured: a frozen rank named after 66 s instead of 35).
+      if ((spins > 2000 || (spins & 255) == 255) && clock::now() > deadline) break;
       // Spin briefly (the answer usually comes within microseconds), then give the core away:
       // ranks share cores with the trainer's compute threads.
       if (spins > 20000)
@@ -210,7 +213,10 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
     std::vector<std::vector<uint64_t>> in(size_, std::vector<uint64_t>(n));
     std::vector<MPI_Request> reqs(size_ - 1);
     for (int r = 1; r < size_; ++r) MPI_CHECK(MPI_Irecv(in[r].data(), n, MPI_UINT64_T, r, kTag, comm_, &reqs[r - 1]));
+    const auto entered = clock::now();
     std::vector<int> missing = wait_all(reqs);
+    HVD_LOG(Trace) << "bit exchange: waited " << std::chrono::duration<double>(clock::now() - entered).count()
+                   << " s for " << size_ - 1 - static_cast<int>(missing.size()) << " of " << size_ - 1 << " ranks";
     // Silence is not death: a rank on an overloaded node (or under a sanitizer) can miss the
     // deadline while alive. Ask the silent ranks' watchdogs; those that answer get another
     // timeout, as often as it takes (a rank stuck for good ends itself through its own watchdog
@@ -219,7 +225,9 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
     while (!missing.empty() && options_.unresponsive) {
       std::vector<int> silent;
       for (int i : missing) silent.push_back(i + 1);
+      HVD_LOG(Debug) << rank_list(silent) << " silent for " << waited << " s: asking their watchdogs";
       const std::vector<int> dead = options_.unresponsive(silent);
+      HVD_LOG(Debug) << "liveness probe: " << (dead.empty() ? "every silent rank answered" : rank_list(dead) + " did not answer");
       if (!dead.empty()) {
         missing.clear();
         for (int r : dead) missing.push_back(r - 1);
@@ -248,13 +256,25 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
       reply[0] = kLost;
       reply[1] = static_cast<uint64_t>(lost.front());
     }
-    std::vector<MPI_Request> sends;
+    // The replies are not waited for here: a send to a rank that has just stopped (frozen, or its
+    // link cut after its bits arrived) may never complete, and waiting for it cost a whole timeout
+    // before the next cycle's receive noticed that rank (measured: a frozen rank named after 2x
+    // the timeout). Earlier replies are reaped as they complete; a rank that stops reading is
+    // noticed by the next cycle's receive, like any silent rank.
+    reap_replies();
+    PendingReply pending;
+    pending.buffer = std::move(reply);
     for (int r = 1; r < size_; ++r) {
       if (std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
-      sends.emplace_back();
-      MPI_CHECK(MPI_Isend(reply.data(), n + 2, MPI_UINT64_T, r, kTag, comm_, &sends.back()));
+      pending.requests.emplace_back();
+      MPI_CHECK(MPI_Isend(pending.buffer.data(), n + 2, MPI_UINT64_T, r, kTag, comm_, &pending.requests.back()));
     }
-    wait_all(sends);
+    if (!lost.empty()) {
+      // The survivors should read who was lost before this rank ends: a short, bounded wait.
+      deadline = clock::now() + std::chrono::seconds(1);
+      wait_all(pending.requests);
+    }
+    replies_.push_back(std::move(pending));
     if (!lost.empty()) {
       if (options_.announce_lost) options_.announce_lost(lost);
       throw CommunicationError(lost_message(lost, waited));
@@ -281,6 +301,22 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
   if (reply[0] == kLost)
     throw CommunicationError(lost_message({static_cast<int>(reply[1])}, options_.peer_timeout_seconds));
   std::copy(reply.begin() + 2, reply.end(), bits.begin());
+}
+
+void Controller::reap_replies() {
+  while (!replies_.empty()) {
+    int done = 0;
+    auto& reqs = replies_.front().requests;
+    MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+    if (!done) break;
+    replies_.pop_front();
+  }
+}
+
+void Controller::finish(double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (reap_replies(); !replies_.empty() && std::chrono::steady_clock::now() < until; reap_replies())
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
 std::vector<Response> Controller::slow_path() {

@@ -27,6 +27,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
@@ -83,6 +84,14 @@ class Controller {
  private:
   void classify(Request&& r);
   void exchange_bits(std::vector<uint64_t>& bits);
+  void reap_replies();  // rank 0: forgets the bit-exchange replies whose sends have completed
+
+ public:
+  // After the last cycle of a normal shutdown: lets the last replies reach their ranks (at most
+  // `seconds`), so that no send is pending when MPI is finalised.
+  void finish(double seconds);
+
+ private:
   std::vector<Response> slow_path();
   void coordinator_add(std::vector<Request>&& requests);
   std::vector<Response> coordinator_ready();
@@ -119,6 +128,12 @@ class Controller {
   std::vector<std::pair<std::string, std::string>> stall_failures_;
   std::string shutdown_notice_;
   bool force_slow_ = false;
+  // Rank 0: bit-exchange replies still being sent (the buffer lives until every send completes).
+  struct PendingReply {
+    std::vector<uint64_t> buffer;
+    std::vector<MPI_Request> requests;
+  };
+  std::deque<PendingReply> replies_;
 };
 
 }  // namespace hvd

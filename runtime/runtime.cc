@@ -139,6 +139,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
     if (config_.hierarchical_allreduce)
       op_manager_.add(std::make_unique<ops::hierarchical::MpiHierarchicalAllreduce>(*mpi_, fusion_buffer_));
   }
+  mpi_->set_compression(ops::mpi::parse_compression(config_.compression));  // HVD_COMPRESSION (CPU, staged)
   op_manager_.add(std::make_unique<ops::mpi::MpiAllreduce>(*mpi_, fusion_buffer_));
   op_manager_.add(std::make_unique<ops::mpi::MpiAllgather>(*mpi_));
   op_manager_.add(std::make_unique<ops::mpi::MpiBroadcast>(*mpi_));
@@ -412,6 +413,7 @@ void Runtime::loop() {
       std::unique_lock<std::mutex> lock(wake_mu_);
       wake_cv_.wait_until(lock, start + cycle, [&] { return shutdown_requested_.load(); });
     }
+    controller_->finish(2.0);
     queue_.close(detail::ErrorKind::kInvalidArgument,
                  shutdown_reason_.empty()
                      ? "hvd was shut down (a rank called hvd::shutdown()) before every rank submitted it."

@@ -8,11 +8,16 @@
 //   2. hvd::init() (which leaves our MPI to us), hvd's allreduce for every row, hvd::shutdown();
 //      no raw MPI call is made while hvd's background thread runs;
 //   3. times and wrong counts combined over ranks with MPI, the table printed, MPI_Finalize().
+// With --compression LIST, phase 2 runs once per HVD_COMPRESSION value (init, rows, shutdown), and
+// a second table compares them. Every timed loop also records what the process wrote to files and
+// sockets (/proc/self/io wchar): with Open MPI's TCP transport (--mca btl self,tcp) that is the
+// bytes each rank sends, headers included; on shared memory it stays near 0.
 #include <mpi.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -42,12 +47,14 @@ struct Case {
 // Per-rank results of one side of one row; combined over ranks before printing.
 struct Measure {
   double time_us = 0;  // mean time of one iteration (all K tensors)
+  double wrote = 0;    // bytes written (wchar) per iteration
   int64_t wrong = 0;
 };
 
 struct Row {
   Case c;
   Measure hvd, unfused, fused;
+  std::vector<Measure> by_compression;  // --compression: one per value; hvd is the first
 };
 
 // K inputs, K outputs and (for the fused baseline) one buffer for all of them.
@@ -92,14 +99,28 @@ double now_us() {
       .count();
 }
 
-// warmup untimed calls of once(), barrier(), iters timed calls: the mean time of one call.
+// What this process has written to files and sockets (/proc/self/io wchar); 0 where unreadable.
+int64_t written_bytes() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  long long value = 0;
+  while (io >> key >> value)
+    if (key == "wchar:") return value;
+  return 0;
+}
+
+// warmup untimed calls of once(), barrier(), iters timed calls: the mean time of one call, and in
+// *wrote the bytes written per call.
 template <class Once, class Barrier>
-double time_loop(const Options& o, Once&& once, Barrier&& barrier) {
+double time_loop(const Options& o, Once&& once, Barrier&& barrier, double* wrote = nullptr) {
   for (int i = 0; i < o.warmup; ++i) once();
   barrier();
+  const int64_t w0 = written_bytes();
   const double t0 = now_us();
   for (int i = 0; i < o.iters; ++i) once();
-  return (now_us() - t0) / o.iters;
+  const double t = (now_us() - t0) / o.iters;
+  if (wrote) *wrote = static_cast<double>(written_bytes() - w0) / o.iters;
+  return t;
 }
 
 std::vector<Case> make_cases(const Options& o) {
@@ -129,12 +150,13 @@ void run_baselines(const Options& o, int rank, int nranks, std::vector<Row>& row
     b.fill_inputs(rank, nranks);
     b.poison_outputs();
     row.unfused.time_us = time_loop(
-        o, [&] { mpi.run_unfused(c.dtype, c.op, b.in, b.out, c.count); }, barrier);
+        o, [&] { mpi.run_unfused(c.dtype, c.op, b.in, b.out, c.count); }, barrier, &row.unfused.wrote);
     row.unfused.wrong = b.count_wrong_outputs(nranks);
     if (o.tensors > 1) {
       b.poison_outputs();
       row.fused.time_us = time_loop(
-          o, [&] { mpi.run_fused(c.dtype, c.op, b.in, b.out, c.count, b.fused.data()); }, barrier);
+          o, [&] { mpi.run_fused(c.dtype, c.op, b.in, b.out, c.count, b.fused.data()); }, barrier,
+          &row.fused.wrote);
       row.fused.wrong = b.count_wrong_outputs(nranks);
     }
   }
@@ -142,8 +164,8 @@ void run_baselines(const Options& o, int rank, int nranks, std::vector<Row>& row
 
 // Phase 2: K allreduce_async calls, then a wait on each handle, per iteration. The names stay the
 // same from one iteration to the next, as a trainer's gradients do, so hvd's response cache
-// applies.
-void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows) {
+// applies. The result goes to row.by_compression[slot] (and row.hvd for slot 0).
+void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows, std::size_t slot) {
   auto barrier = [] { hvd::barrier(); };
   for (Row& row : rows) {
     const Case& c = row.c;
@@ -164,10 +186,12 @@ void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows) {
         handles[k] = hvd::allreduce_async(ins[k], outs[k], names[k], c.op);
       for (hvd::Handle& h : handles) h.wait();
     };
-    row.hvd.time_us = time_loop(o, once, barrier);
+    Measure& m = row.by_compression.at(slot);
+    m.time_us = time_loop(o, once, barrier, &m.wrote);
     if (o.inject_wrong && rank == 0 && c.count > 0)
       store(c.dtype, b.out[0], 0, load(c.dtype, b.out[0], 0) + 1);
-    row.hvd.wrong = b.count_wrong_outputs(nranks);
+    m.wrong = b.count_wrong_outputs(nranks);
+    if (slot == 0) row.hvd = m;
   }
 }
 
@@ -175,9 +199,15 @@ void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows) {
 void combine_over_ranks(std::vector<Row>& rows, int nranks) {
   std::vector<double> times;
   std::vector<int64_t> wrongs;
-  for (const Row& r : rows) {
-    for (const Measure* m : {&r.hvd, &r.unfused, &r.fused}) {
+  auto measures = [](Row& r) {
+    std::vector<Measure*> v = {&r.hvd, &r.unfused, &r.fused};
+    for (Measure& m : r.by_compression) v.push_back(&m);
+    return v;
+  };
+  for (Row& r : rows) {
+    for (const Measure* m : measures(r)) {
       times.push_back(m->time_us);
+      times.push_back(m->wrote);
       wrongs.push_back(m->wrong);
     }
   }
@@ -187,8 +217,9 @@ void combine_over_ranks(std::vector<Row>& rows, int nranks) {
                 MPI_COMM_WORLD);
   std::size_t i = 0;
   for (Row& r : rows) {
-    for (Measure* m : {&r.hvd, &r.unfused, &r.fused}) {
-      m->time_us = times[i] / nranks;
+    for (Measure* m : measures(r)) {
+      m->time_us = times[2 * i] / nranks;
+      m->wrote = times[2 * i + 1] / nranks;
       m->wrong = wrongs[i];
       ++i;
     }
@@ -217,7 +248,8 @@ void print_header(const Options& o, int nranks) {
               hvd::version_string(), mpi_version.c_str());
   std::printf("# nranks %d  tensors per iteration %d  iters %d  warmup_iters %d", nranks, o.tensors,
               o.iters, o.warmup);
-  for (const char* var : {"HVD_FUSION_THRESHOLD", "HVD_CYCLE_TIME", "HVD_CACHE_CAPACITY"}) {
+  for (const char* var :
+       {"HVD_FUSION_THRESHOLD", "HVD_CYCLE_TIME", "HVD_CACHE_CAPACITY", "HVD_COMPRESSION"}) {
     if (const char* v = std::getenv(var)) std::printf("  %s=%s", var, v);
   }
   std::printf("\n");
@@ -285,6 +317,34 @@ void print_table(const Options& o, const std::vector<Row>& rows, int nranks) {
   std::fflush(stdout);
 }
 
+// --compression: one line per row and HVD_COMPRESSION value, with time and bytes written relative
+// to the first value, and the raw MPI_Allreduce for reference.
+void print_compression_table(const Options& o, const std::vector<Row>& rows) {
+  std::printf("# HVD_COMPRESSION, each measured in this process (hvd::init/shutdown in between); wrote(B): bytes\n"
+              "# each rank wrote to sockets per iteration (/proc/self/io wchar; the TCP transport's sends,\n"
+              "# headers included; about 0 on shared memory); ratios relative to '%s'\n",
+              o.compressions.front().c_str());
+  std::printf("# %10s %9s %6s %14s  %12s %9s  %12s %9s %6s\n", "size(B)", "type", "redop", "compression", "time(us)",
+              "time/1st", "wrote(B)", "wrote/1st", "#wrong");
+  for (const Row& r : rows) {
+    const Measure& first = r.by_compression.front();
+    auto rel = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+    for (std::size_t k = 0; k < o.compressions.size(); ++k) {
+      const Measure& m = r.by_compression[k];
+      std::printf("  %10lld %9s %6s %14s  %12.2f %9.3f  %12.0f %9.3f %6lld\n", static_cast<long long>(r.c.bytes),
+                  type_name(r.c.dtype), op_name(r.c.op), o.compressions[k].c_str(), m.time_us,
+                  rel(m.time_us, first.time_us), m.wrote, rel(m.wrote, first.wrote),
+                  static_cast<long long>(m.wrong));
+    }
+    std::printf("  %10lld %9s %6s %14s  %12.2f %9.3f  %12.0f %9.3f %6lld\n", static_cast<long long>(r.c.bytes),
+                type_name(r.c.dtype), op_name(r.c.op), "MPI_Allreduce", r.unfused.time_us,
+                rel(r.unfused.time_us, first.time_us), r.unfused.wrote, rel(r.unfused.wrote, first.wrote),
+                static_cast<long long>(r.unfused.wrong));
+  }
+  std::printf("#\n");
+  std::fflush(stdout);
+}
+
 int run(int argc, char** argv, int rank, int nranks) {
   Options o;
   try {
@@ -299,7 +359,8 @@ int run(int argc, char** argv, int rank, int nranks) {
     return 0;
   }
   std::vector<Row> rows;
-  for (const Case& c : make_cases(o)) rows.push_back(Row{c, {}, {}, {}});
+  const std::size_t slots = o.compressions.empty() ? 1 : o.compressions.size();
+  for (const Case& c : make_cases(o)) rows.push_back(Row{c, {}, {}, {}, std::vector<Measure>(slots)});
 
   if (rank == 0) print_header(o, nranks);
   print_ranks(rank, nranks);
@@ -309,20 +370,30 @@ int run(int argc, char** argv, int rank, int nranks) {
   }
   run_baselines(o, rank, nranks, rows);
 
-  hvd::init();
-  if (rank == 0) {
-    std::printf("# hvd: size %d, local_size %d, cross_size %d, %s; measuring hvd ...\n",
-                hvd::size(), hvd::local_size(), hvd::cross_size(),
-                hvd::is_homogeneous() ? "homogeneous" : "heterogeneous");
-    std::fflush(stdout);
+  for (std::size_t slot = 0; slot < slots; ++slot) {
+    if (!o.compressions.empty()) setenv("HVD_COMPRESSION", o.compressions[slot].c_str(), 1);
+    hvd::init();
+    if (rank == 0) {
+      std::printf("# hvd: size %d, local_size %d, cross_size %d, %s; measuring hvd", hvd::size(),
+                  hvd::local_size(), hvd::cross_size(),
+                  hvd::is_homogeneous() ? "homogeneous" : "heterogeneous");
+      if (!o.compressions.empty())
+        std::printf(" with HVD_COMPRESSION=%s", o.compressions[slot].c_str());
+      std::printf(" ...\n");
+      std::fflush(stdout);
+    }
+    run_hvd(o, rank, nranks, rows, slot);
+    hvd::shutdown();
   }
-  run_hvd(o, rank, nranks, rows);
-  hvd::shutdown();
 
   combine_over_ranks(rows, nranks);
   int64_t wrong = 0;
-  for (const Row& r : rows) wrong += r.hvd.wrong + r.unfused.wrong + r.fused.wrong;
+  for (const Row& r : rows) {
+    wrong += r.unfused.wrong + r.fused.wrong;
+    for (const Measure& m : r.by_compression) wrong += m.wrong;
+  }
   if (rank == 0) print_table(o, rows, nranks);
+  if (rank == 0 && !o.compressions.empty()) print_compression_table(o, rows);
   return wrong == 0 ? 0 : 1;
 }
 

@@ -107,6 +107,20 @@ Options parse_options(int argc, char** argv) {
       o.iters = static_cast<int>(parse_int(flag, value, 1, 1 << 30));
     } else if (flag == "-w" || flag == "--warmup_iters") {
       o.warmup = static_cast<int>(parse_int(flag, value, 0, 1 << 30));
+    } else if (flag == "--compression") {
+      o.compressions.clear();
+      std::string rest = value;
+      while (true) {
+        const auto comma = rest.find(',');
+        const std::string c = rest.substr(0, comma);
+        if (c != "none" && c != "fp16" && c != "bf16")
+          throw std::invalid_argument(flag + " '" + value +
+                                      "' is not a list of compressions: use none, fp16 or bf16, "
+                                      "comma-separated (none,fp16,bf16)");
+        o.compressions.push_back(c);
+        if (comma == std::string::npos) break;
+        rest = rest.substr(comma + 1);
+      }
     } else if (flag == "--tensors") {
       o.tensors = static_cast<int>(parse_int(flag, value, 1, 1 << 20));
     } else {
@@ -124,6 +138,7 @@ std::string usage(const char* program) {
   return std::string("usage: mpirun -np N ") + program +
          " [-b minbytes] [-e maxbytes] [-f stepfactor] [-d datatype] [-o op]\n"
          "          [-n iters] [-w warmup_iters] [--tensors K] [--inject-wrong]\n"
+         "          [--compression none,fp16,bf16]\n"
          "  -b, --minbytes SIZE      smallest message per tensor (default 32M; K/M/G suffixes)\n"
          "  -e, --maxbytes SIZE      largest message per tensor (default 32M)\n"
          "  -f, --stepfactor N       multiply the size by N between rows (default 2)\n"
@@ -136,6 +151,10 @@ std::string usage(const char* program) {
          "                           allreduce_async and then waited on (default 1)\n"
          "      --inject-wrong       corrupt one value of hvd's result on rank 0: the run must\n"
          "                           then report #wrong > 0 and exit 1 (tests the checker)\n"
+         "      --compression LIST   measure hvd once per HVD_COMPRESSION value in LIST (none,\n"
+         "                           fp16, bf16, comma-separated), in this process; adds a table\n"
+         "                           of times and bytes written to sockets, relative to the first\n"
+         "                           (default: once, HVD_COMPRESSION as in the environment)\n"
          "Exit status: 0 all values right, 1 some value wrong, 2 bad usage, 3 hvd or MPI error.\n";
 }
 

@@ -7,6 +7,7 @@
 //   -n/--iters N        timed iterations per size      -w/--warmup_iters N   untimed ones before
 //   --tensors K         K tensors of the size per iteration (async, then waited on)
 //   --inject-wrong      corrupt one value of hvd's result on rank 0 (tests the checker)
+//   --compression LIST  run hvd once per HVD_COMPRESSION value (none,fp16,bf16) in this process
 // SIZE is a byte count with an optional K, M or G suffix (powers of 1024).
 
 #include <cstdint>
@@ -27,6 +28,9 @@ struct Options {
   int warmup = 5;
   int tensors = 1;
   bool inject_wrong = false;
+  // --compression: HVD_COMPRESSION values, hvd measured once per value (init/shutdown in between);
+  // empty: once, with the environment as it is.
+  std::vector<std::string> compressions;
   bool help = false;  // --help was given: print usage() and exit 0
 };
 

@@ -201,6 +201,20 @@ void MpiHierarchicalAllreduce::reduce(char* buf, int64_t count, DataType dtype, 
 
 void MpiHierarchicalAllreduce::execute(OpBatch& batch) {
   const double post = post_factor(batch);
+  if (const DataType wire = mpi::wire_dtype(ctx_.compression(), batch.dtype); wire != batch.dtype) {
+    // HVD_COMPRESSION: the batch is cast into the fusion buffer as fp16/bf16 (prescale folded in),
+    // the rings run on the 16-bit values (each ring step reduces in float and rounds to 16 bits,
+    // as on the NCCL path), and the result is cast back with the postscale (and 1/contributors)
+    // folded in. The flat path rounds once instead (ops/mpi/allreduce.cc); the rings cannot, as
+    // partial sums travel between ranks.
+    const mpi::CompressedLayout layout = mpi::compressed_layout(batch);
+    if (layout.count == 0) return;
+    auto* buf = static_cast<uint16_t*>(buffer_.get(static_cast<size_t>(layout.count) * sizeof(uint16_t)));
+    mpi::pack_compressed(batch, wire, layout, buf, batch.prescale);
+    reduce(reinterpret_cast<char*>(buf), layout.count, wire, batch.reduce_op);
+    mpi::unpack_compressed(batch, wire, layout, buf, post);
+    return;
+  }
   if (batch.entries.size() == 1) {
     OpEntry& e = batch.entries[0];
     const int64_t n = e.output.num_elements();

@@ -27,6 +27,17 @@ namespace hvd::ops::mpi {
       ::hvd::ops::mpi::throw_mpi_error(#call, hvd_mpi_rc_, __FILE__, __LINE__); \
   } while (0)
 
+// HVD_COMPRESSION for the all-reduce ops of this backend (the flat and hierarchical CPU ops, and
+// the host-staged path of CUDA tensors, which runs the flat op on host copies): float32 and float64
+// tensors travel as fp16 or bf16 (ops/mpi/allreduce.cc says how); other dtypes never change.
+enum class Compression { kNone, kFp16, kBf16 };
+// "none" | "fp16" | "bf16" (the config's spellings, case-insensitive); throws InvalidArgumentError.
+Compression parse_compression(const std::string& value);
+const char* compression_name(Compression c);
+// The dtype a batch of `dtype` travels as: kFloat16/kBFloat16 for float32/float64 under fp16/bf16,
+// else `dtype` itself.
+DataType wire_dtype(Compression c, DataType dtype);
+
 struct MpiTopology {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;
@@ -51,11 +62,18 @@ class MpiContext {
   MPI_Datatype datatype(DataType dtype) const;
   MPI_Op op(DataType dtype, ReduceOp op) const;
 
+  // Set once by the runtime at init(), before the background thread starts (HVD_COMPRESSION);
+  // read by the all-reduce ops. Rank 0 logs a warning when bf16 is asked for in a build with NCCL
+  // and a visible GPU: the NCCL path compresses fp16 only, so its CUDA tensors stay uncompressed.
+  void set_compression(Compression c);
+  Compression compression() const { return compression_; }
+
  private:
   MPI_Comm world_ = MPI_COMM_NULL, local_ = MPI_COMM_NULL, cross_ = MPI_COMM_NULL;
   MpiTopology topo_;
   MPI_Datatype half_type_ = MPI_DATATYPE_NULL;
   MPI_Op half_ops_[2][5] = {};  // [fp16, bf16][sum, min, max, product, (unused)]
+  Compression compression_ = Compression::kNone;
 };
 
 // MPI counts are int: calls on more elements run in chunks of at most this many.

@@ -19,6 +19,8 @@ class MpiOp : public CollectiveOp {
   const MpiContext& ctx_;
 };
 
+// Allreduce; float32/float64 batches are compressed to fp16/bf16 under HVD_COMPRESSION
+// (ctx.compression(); allreduce.cc describes the algorithm).
 class MpiAllreduce : public MpiOp {
  public:
   MpiAllreduce(const MpiContext& ctx, FusionBuffer& buffer) : MpiOp(ctx), buffer_(buffer) {}
@@ -27,7 +29,10 @@ class MpiAllreduce : public MpiOp {
   void execute(OpBatch& batch) override;
 
  private:
+  void execute_compressed(OpBatch& batch, DataType wire);
+
   FusionBuffer& buffer_;
+  FusionBuffer scratch_;  // compressed path: the blocks every rank sends this rank
 };
 
 class MpiAllgather : public MpiOp {
@@ -64,6 +69,19 @@ class MpiReducescatter : public MpiOp {
  private:
   FusionBuffer& buffer_;
 };
+
+// HVD_COMPRESSION's packing, shared with the hierarchical all-reduce: where each entry of a batch
+// goes in a buffer of 16-bit elements (offsets in elements, no padding), and the casts into it
+// (input * factor, rounded once) and out of it (output = value * factor).
+struct CompressedLayout {
+  std::vector<int64_t> offsets;
+  int64_t count = 0;
+};
+CompressedLayout compressed_layout(const OpBatch& batch);
+void pack_compressed(const OpBatch& batch, DataType wire, const CompressedLayout& layout, uint16_t* buf,
+                     double factor);
+void unpack_compressed(OpBatch& batch, DataType wire, const CompressedLayout& layout, const uint16_t* buf,
+                       double factor);
 
 // MPI_Allreduce of `count` elements in chunks of at most kMaxMpiCount; sendbuf may be MPI_IN_PLACE.
 void allreduce_chunked(const MpiContext& ctx, const void* sendbuf, void* recvbuf, int64_t count,

@@ -4,6 +4,7 @@
 #                                    (global batch 96, divisible by 1..4), label mpi
 #   trainer_port.reject_batch.np4   a global batch 4 ranks cannot divide is refused, label mpi
 #   allreduce_bench.smoke.npN       every dtype x op, sizes 0..5000 B, --tensors 10: no wrong value
+#   allreduce_bench.compression.np3 the same under HVD_COMPRESSION=none, fp16, bf16 in one process
 #   allreduce_bench.detects_wrong   --inject-wrong must make the run fail (the checker works)
 #   allreduce_bench.sweep.np2, allreduce_bench.tensors1000.np2
 #                                    the measured runs behind docs/benchmarks.md, label bench
@@ -37,6 +38,13 @@ if(TARGET allreduce_bench)
     set_tests_properties(allreduce_bench.smoke.np${np} PROPERTIES LABELS mpi TIMEOUT 300
       PROCESSORS ${np} ENVIRONMENT "${_ab_env}")
   endforeach()
+  # HVD_COMPRESSION in the same process: every dtype and op under none, fp16 and bf16 (the inputs
+  # are small integers, exact in 16 bits, so compressed results must be exact too).
+  add_test(NAME allreduce_bench.compression.np3
+    COMMAND ${HVD_MPIEXEC} ${HVD_MPIEXEC_FLAGS} -np 3 $<TARGET_FILE:allreduce_bench>
+            -b 0 -e 5000 -f 7 -d all -o all -n 2 -w 1 --tensors 3 --compression none,fp16,bf16)
+  set_tests_properties(allreduce_bench.compression.np3 PROPERTIES LABELS mpi TIMEOUT 300
+    PROCESSORS 3 ENVIRONMENT "${_ab_env}")
   # The checker itself: one corrupted value on rank 0 per row must be counted (3 rows -> 3) and
   # make the run exit with status 1 (not crash, not pass).
   add_test(NAME allreduce_bench.detects_wrong.np2
