@@ -74,17 +74,20 @@ GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env) {
   return a;
 }
 
-void check_cuda_tensor(const GpuAssignment& a, const Device& device, const std::string& op) {
-  if (device.kind != Device::kCUDA) return;
-  if (a.device < 0)
-    throw InvalidArgumentError(op + " failed: the tensor is on " + name_of(device) +
-                               " but this process has no CUDA device: " + a.note);
+std::string cuda_tensor_problem(const GpuAssignment& a, const Device& device) {
+  if (device.kind != Device::kCUDA) return "";
+  if (a.device < 0) return "the tensor is on " + name_of(device) + " but this process has no CUDA device: " + a.note;
   if (device.index != a.device)
-    throw InvalidArgumentError(op + " failed: the tensor is on " + name_of(device) + " but this process was given " +
-                               name_of(Device::cuda(a.device)) + " (local rank modulo the " +
-                               std::to_string(a.visible_devices) + " visible device(s), " + a.visible_source +
-                               "). Allocate the tensor on cuda:" + std::to_string(a.device) +
-                               " (hvd::local_rank() % device count), or pass a CPU tensor.");
+    return "the tensor is on " + name_of(device) + " but this process was given " + name_of(Device::cuda(a.device)) +
+           " (local rank modulo the " + std::to_string(a.visible_devices) + " visible device(s), " + a.visible_source +
+           "). Allocate the tensor on cuda:" + std::to_string(a.device) +
+           " (hvd::local_rank() % device count), or pass a CPU tensor.";
+  return "";
+}
+
+void check_cuda_tensor(const GpuAssignment& a, const Device& device, const std::string& op) {
+  const std::string problem = cuda_tensor_problem(a, device);
+  if (!problem.empty()) throw InvalidArgumentError(op + " failed: " + problem);
 }
 
 std::string to_string(const GpuAssignment& a, const GpuAssignmentInput& in) {

@@ -45,6 +45,10 @@ GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env);
 // process's device. Throws InvalidArgumentError naming the tensor's device, the assigned one and
 // how to fix it. CPU tensors always pass.
 void check_cuda_tensor(const GpuAssignment& a, const Device& device, const std::string& op);
+// The same check without the "<op> failed: " prefix: "" when the device is fine, else the reason
+// ("the tensor is on cuda:3 but this process was given cuda:1 ..."). The public API puts it in the
+// request's error field, to which rank 0 adds "<op> of '<name>' failed: rank <r>: ".
+std::string cuda_tensor_problem(const GpuAssignment& a, const Device& device);
 
 // "cuda:1 (local rank 1 of 2, 2 visible devices, CUDA_VISIBLE_DEVICES=2,3)" for logs.
 std::string to_string(const GpuAssignment& a, const GpuAssignmentInput& in);

@@ -5,10 +5,17 @@
 // Local checks that only this rank can see (bad splits, an out-of-range root, a null pointer) do
 // not throw here: they travel in the request's `error` field, so that rank 0 fails the operation on
 // EVERY rank with one message instead of this rank failing alone while the others wait forever.
-// Only a name already in flight on this rank throws at once (the first operation with that name
-// is unaffected and completes everywhere).
+// Only a bad name (empty, too long, with a NUL byte, reserved: no other rank could match it) and a
+// name already in flight on this rank throw at once (the first operation with that name is
+// unaffected and completes everywhere). Every check is in the "Argument checks" section below.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
 #include <memory>
 #include <mutex>
+#include <sstream>
+#include <tuple>
 
 #include "hvd/error.h"
 #include "hvd/hvd.h"
@@ -40,15 +47,225 @@ std::shared_ptr<Runtime> get(const char* what) {
   return inst.runtime;
 }
 
-std::string check_tensor(const TensorRef& t, const char* role) {
-  for (int64_t d : t.shape())
-    if (d < 0) return std::string(role) + " has shape " + shape_string(t.shape()) + " with a negative dimension.";
-  if (t.num_elements() > 0 && t.data() == nullptr)
-    return std::string(role) + " has " + std::to_string(t.num_elements()) + " elements but a null data pointer.";
-  return "";
+// ---- Argument checks ---------------------------------------------------------------------------
+// Every public entry point checks its arguments here, in one place and one order: the name first
+// (check_name() throws at once: without a valid name no other rank can tell which operation this
+// is), then each tensor, input/output agreement, the operation's own parameters (reduce op, scale
+// factors, first dimension, root, splits) and last overlapping buffers. The first failure wins.
+// A failure is the reason alone ("the input has 4 elements but a null data pointer."): it travels
+// in the request's `error` field, and rank 0 fails the operation on every rank with
+// "<op> of '<name>' failed: rank <r>: <reason>" (runtime/controller.cc). docs/errors.md has one row
+// per reason; tests/mpi/test_validation.cc triggers each and matches the text against that row.
+
+// A name as check_name()'s messages show it: NUL bytes as \0, at most 64 bytes, then "...".
+std::string shown(const std::string& name) {
+  std::string s;
+  for (char c : name) s += c == '\0' ? std::string("\\0") : std::string(1, c);
+  return s.size() <= 64 ? s : s.substr(0, 64) + "...";
 }
 
-Request make_request(const Runtime& rt, RequestType type, const std::string& name, const TensorRef& t) {
+std::string fmt_double(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// Thrown at once on this rank: a name that no rank can match.
+void check_name(const std::string& name, const char* op) {
+  if (name.empty())
+    throw InvalidArgumentError(std::string(op) + " needs a tensor name: every rank must pass the same non-empty name.");
+  if (name.size() > kMaxNameBytes)
+    throw InvalidArgumentError(std::string(op) + " of '" + shown(name) + "' failed: the name has " +
+                               std::to_string(name.size()) + " bytes; names may have at most " +
+                               std::to_string(kMaxNameBytes) + " bytes.");
+  if (const size_t nul = name.find('\0'); nul != std::string::npos)
+    throw InvalidArgumentError(std::string(op) + " of '" + shown(name) + "' failed: the name has a NUL byte at offset " +
+                               std::to_string(nul) + "; names may not contain NUL bytes.");
+  if (name.rfind(kReservedNamePrefix, 0) == 0)
+    throw InvalidArgumentError(std::string(op) + " of '" + shown(name) + "' failed: names starting with '" +
+                               kReservedNamePrefix + "' are reserved for hvd's own operations; choose another name.");
+}
+
+bool known_dtype(DataType t) {
+  const int v = static_cast<int>(t);
+  return v >= static_cast<int>(DataType::kUInt8) && v <= static_cast<int>(DataType::kFloat64);
+}
+
+bool known_op(ReduceOp op) {
+  const int v = static_cast<int>(op);
+  return v >= static_cast<int>(ReduceOp::kAverage) && v <= static_cast<int>(ReduceOp::kProduct);
+}
+
+bool known_device(const Device& d) { return d.kind == Device::kCPU || (d.kind == Device::kCUDA && d.index >= 0); }
+
+// The tensor's size in bytes, or -1 when the dtype is unknown, a dimension negative, or the
+// product of the non-zero dimensions times the element size overflows int64. (That bound keeps
+// every product hvd forms from a shape in range: the element count as TensorRef::num_elements()
+// multiplies it out left to right, a row's bytes for allgather and alltoall, the total bytes.)
+int64_t byte_size(const TensorRef& t) {
+  if (!known_dtype(t.dtype())) return -1;
+  int64_t bound = static_cast<int64_t>(dtype_size(t.dtype()));
+  bool empty = false;
+  for (int64_t d : t.shape()) {
+    if (d < 0) return -1;
+    if (d == 0) empty = true;
+    else if (__builtin_mul_overflow(bound, d, &bound)) return -1;
+  }
+  return empty ? 0 : bound;
+}
+
+struct Checks {
+  const Runtime& rt;
+  std::string error;  // the first failure, "" while every check passed
+
+  bool failed() const { return !error.empty(); }
+  void fail(std::string why) {
+    if (error.empty()) error = std::move(why);
+  }
+
+  // One tensor on its own: dtype, device, shape, size, data pointer.
+  void tensor(const TensorRef& t, const std::string& role) {
+    if (failed()) return;
+    if (!known_dtype(t.dtype()))
+      return fail(role + " has dtype " + std::to_string(static_cast<int>(t.dtype())) +
+                  ", which is not a DataType: pass one of uint8, int8, int32, int64, float16, bfloat16, float32, "
+                  "float64.");
+    if (!known_device(t.device()))
+      return fail(role + " is on " + device_name(t.device()) +
+                  ", which is not a device: pass Device::cpu() or Device::cuda(i) with i >= 0.");
+    for (int64_t d : t.shape())
+      if (d < 0) return fail(role + " has shape " + shape_string(t.shape()) + " with a negative dimension.");
+    if (byte_size(t) < 0)
+      return fail(role + " has shape " + shape_string(t.shape()) + " of " + dtype_name(t.dtype()) +
+                  ": the product of its non-zero dimensions and the element size does not fit in 64 bits.");
+    if (t.num_elements() > 0 && t.data() == nullptr)
+      return fail(role + " has " + std::to_string(t.num_elements()) + " elements but a null data pointer.");
+    // hvd's own element-wise code (scaling, averaging, fusion) reads elements through typed pointers.
+    if (t.num_elements() > 0 && reinterpret_cast<uintptr_t>(t.data()) % dtype_size(t.dtype()) != 0)
+      return fail(role + "'s data pointer is not a multiple of " + std::to_string(dtype_size(t.dtype())) +
+                  " bytes, the size of its " + dtype_name(t.dtype()) + " elements: pass aligned memory.");
+  }
+
+  // A CUDA tensor must be on this rank's GPU (after output_matches(): an output is on its input's
+  // device).
+  void on_this_gpu(const TensorRef& t) {
+    if (!failed()) fail(cluster::cuda_tensor_problem(rt.gpu_assignment(), t.device()));
+  }
+
+  // An output of the input's dtype, size and device (after tensor() of both).
+  void output_matches(const TensorRef& in, const TensorRef& out, const std::string& in_role,
+                      const std::string& out_role) {
+    if (failed()) return;
+    if (out.num_elements() != in.num_elements() || out.dtype() != in.dtype())
+      return fail(out_role + " (" + dtype_name(out.dtype()) + " " + shape_string(out.shape()) + ") does not match " +
+                  in_role + " (" + dtype_name(in.dtype()) + " " + shape_string(in.shape()) +
+                  "): pass an output of the same dtype and number of elements, or the input itself.");
+    if (!(out.device() == in.device()))
+      fail(in_role + " is on " + device_name(in.device()) + " but " + out_role + " on " + device_name(out.device()) +
+           ": pass both on the same device.");
+  }
+
+  void reduce_op(ReduceOp op) {
+    if (!failed() && !known_op(op))
+      fail("reduce op " + std::to_string(static_cast<int>(op)) +
+           " is not a ReduceOp: pass one of average, sum, min, max, product.");
+  }
+
+  void scales(double prescale, double postscale) {
+    if (!failed() && !(std::isfinite(prescale) && std::isfinite(postscale)))
+      fail("prescale " + fmt_double(prescale) + " and postscale " + fmt_double(postscale) +
+           " must both be finite numbers.");
+  }
+
+  // allgather, alltoall, reducescatter work along the first dimension.
+  void first_dimension(const TensorRef& t, const char* verb) {
+    if (!failed() && t.shape().empty())
+      fail(std::string("a scalar has no first dimension to ") + verb + " along; pass shape {1} instead of {}.");
+  }
+
+  void root(int root, int size) {
+    if (!failed() && (root < 0 || root >= size))
+      fail("root " + std::to_string(root) + " is out of range for " + std::to_string(size) +
+           " ranks: pass a root from 0 to " + std::to_string(size - 1) + ".");
+  }
+
+  // Fills in equal parts when `splits` is empty.
+  void splits(std::vector<int64_t>& splits, const TensorRef& t, int size) {
+    if (failed()) return;
+    const int64_t rows = t.shape()[0];
+    if (splits.empty()) {
+      if (rows % size != 0)
+        return fail("no splits were given and the first dimension " + std::to_string(rows) +
+                    " does not divide evenly among " + std::to_string(size) + " ranks; pass splits.");
+      splits.assign(static_cast<size_t>(size), rows / size);
+    }
+    if (splits.size() != static_cast<size_t>(size))
+      return fail("it gave " + std::to_string(splits.size()) + " splits for " + std::to_string(size) +
+                  " ranks: pass one split per rank.");
+    for (int64_t s : splits)
+      if (s < 0) return fail("it gave a negative split " + shape_string(splits) + ": pass splits >= 0.");
+    int64_t sum = 0;
+    bool overflow = false;
+    for (int64_t s : splits) overflow = overflow || __builtin_add_overflow(sum, s, &sum);
+    if (overflow || sum != rows)
+      fail("its splits " + shape_string(splits) + " add up to " +
+           (overflow ? "more than " + std::to_string(INT64_MAX) : std::to_string(sum)) + ", but its tensor has " +
+           std::to_string(rows) + " rows in its first dimension.");
+  }
+
+  // Outputs must not overlap each other or any input, except that output i may be exactly input i
+  // (in place). Inputs may overlap each other (they are only read). After tensor() of all.
+  void no_overlap(const std::vector<TensorRef>& in, const std::vector<TensorRef>& out, bool grouped) {
+    if (failed()) return;
+    auto role = [&](bool is_out, size_t i) {
+      return grouped ? std::string(is_out ? "output " : "input ") + std::to_string(i)
+                     : std::string(is_out ? "the output" : "the input");
+    };
+    struct Span {
+      Device device;
+      uintptr_t begin, end;
+      size_t index;
+    };
+    auto span_of = [](const TensorRef& t, size_t i) {
+      const auto begin = reinterpret_cast<uintptr_t>(t.data());
+      return Span{t.device(), begin, begin + static_cast<uintptr_t>(byte_size(t)), i};
+    };
+    auto before = [](const Span& a, const Span& b) {
+      return std::tuple(static_cast<int>(a.device.kind), a.device.index, a.begin) <
+             std::tuple(static_cast<int>(b.device.kind), b.device.index, b.begin);
+    };
+    auto same_memory = [](const Span& a, const Span& b) { return a.device == b.device; };
+    std::vector<Span> outs;
+    for (size_t i = 0; i < out.size(); ++i)
+      if (byte_size(out[i]) > 0) outs.push_back(span_of(out[i], i));
+    std::sort(outs.begin(), outs.end(), before);
+    for (size_t k = 1; k < outs.size(); ++k)
+      if (same_memory(outs[k - 1], outs[k]) && outs[k].begin < outs[k - 1].end)
+        return fail(role(true, std::min(outs[k - 1].index, outs[k].index)) + " and " +
+                    role(true, std::max(outs[k - 1].index, outs[k].index)) +
+                    " overlap in memory: give every output its own buffer.");
+    // The outputs are disjoint and sorted: an input can only overlap the last one starting before
+    // its end.
+    for (size_t j = 0; j < in.size(); ++j) {
+      if (byte_size(in[j]) <= 0) continue;
+      const Span s = span_of(in[j], j);
+      if (j < out.size() && out[j].data() == in[j].data() && out[j].device() == in[j].device() &&
+          byte_size(out[j]) == byte_size(in[j]))
+        continue;  // in place
+      auto it = std::lower_bound(outs.begin(), outs.end(), Span{s.device, s.end, s.end, 0}, before);
+      if (it == outs.begin()) continue;
+      const Span& o = *std::prev(it);
+      if (!same_memory(o, s) || o.end <= s.begin) continue;
+      const uintptr_t common = std::min(o.end, s.end) - std::max(o.begin, s.begin);
+      return fail(role(true, o.index) + " overlaps " + role(false, j) + " (" + std::to_string(common) +
+                  " bytes in common) without being the same buffer: pass the same buffer as input and output for "
+                  "an in-place allreduce, or buffers that do not overlap.");
+    }
+  }
+};
+
+Request make_request(const Runtime& rt, RequestType type, const std::string& name, const TensorRef& t,
+                     std::string error = "") {
   Request r;
   r.rank = rt.topology().rank;
   r.type = type;
@@ -56,12 +273,14 @@ Request make_request(const Runtime& rt, RequestType type, const std::string& nam
   r.dtype = t.dtype();
   r.device = t.device();
   r.shape = t.shape();
-  if (t.device().kind == Device::kCUDA) {
-    try {
-      cluster::check_cuda_tensor(rt.gpu_assignment(), t.device(), std::string(request_type_name(type)) + " of '" + name + "'");
-    } catch (const Error& e) {
-      r.error = e.what();
-    }
+  r.error = std::move(error);
+  if (!r.error.empty()) {
+    // Rank 0 fails the operation without looking further, but the request's shape, dtype and device
+    // still travel to rank 0 and into the error response, where the runtime multiplies the shape out
+    // (with the response's own dtype): send no shape, and only valid values.
+    r.shape.clear();
+    if (!known_dtype(r.dtype)) r.dtype = DataType::kUInt8;
+    if (!known_device(r.device)) r.device = Device::cpu();
   }
   return r;
 }
@@ -76,11 +295,6 @@ TensorTableEntry make_entry(RequestType type, const std::string& name, const Ten
   e.handle = state;
   e.enqueued = std::chrono::steady_clock::now();
   return e;
-}
-
-void check_name(const std::string& name, const char* op) {
-  if (name.empty())
-    throw InvalidArgumentError(std::string(op) + " needs a tensor name: every rank must pass the same non-empty name.");
 }
 
 Handle submit(Runtime& rt, RequestType type, const std::string& name, const TensorRef& in, const TensorRef& out,
@@ -133,18 +347,18 @@ Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, Red
                        double postscale) {
   auto rt = get("allreduce_async()");
   check_name(name, "allreduce");
-  Request req = make_request(*rt, RequestType::kAllreduce, name, in);
+  Checks c{*rt, {}};
+  c.tensor(in, "the input");
+  c.tensor(out, "the output");
+  c.output_matches(in, out, "the input", "the output");
+  c.on_this_gpu(in);
+  c.reduce_op(op);
+  c.scales(prescale, postscale);
+  c.no_overlap({in}, {out}, false);
+  Request req = make_request(*rt, RequestType::kAllreduce, name, in, std::move(c.error));
   req.reduce_op = op;
   req.prescale = prescale;
   req.postscale = postscale;
-  if (req.error.empty()) req.error = check_tensor(in, "the input");
-  if (req.error.empty()) req.error = check_tensor(out, "the output");
-  if (req.error.empty() && (out.num_elements() != in.num_elements() || out.dtype() != in.dtype()))
-    req.error = "the output (" + std::string(dtype_name(out.dtype())) + " " + shape_string(out.shape()) +
-                ") does not match the input (" + dtype_name(in.dtype()) + " " + shape_string(in.shape()) +
-                "): pass an output of the same dtype and number of elements, or the input itself.";
-  if (req.error.empty() && !(out.device() == in.device()))
-    req.error = "the input is on " + device_name(in.device()) + " but the output on " + device_name(out.device()) + ".";
   return submit(*rt, RequestType::kAllreduce, name, in, out, std::move(req));
 }
 
@@ -152,25 +366,44 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
                                ReduceOp op) {
   auto rt = get("grouped_allreduce_async()");
   check_name(name, "grouped_allreduce");
-  if (in.size() != out.size())
-    throw InvalidArgumentError("grouped_allreduce of '" + name + "' failed: " + std::to_string(in.size()) +
-                               " inputs but " + std::to_string(out.size()) + " outputs; pass one output per input.");
-  auto state = std::make_shared<detail::HandleState>(static_cast<int>(in.size()));
+  const std::string count_error = std::to_string(in.size()) + " inputs but " + std::to_string(out.size()) +
+                                  " outputs; pass one output per input.";
   if (in.empty()) {
+    // No member names to fail on the other ranks: an empty group is complete at once.
+    if (!out.empty()) throw InvalidArgumentError("grouped_allreduce of '" + name + "' failed: " + count_error);
+    auto state = std::make_shared<detail::HandleState>(1);
     state->complete_one();
     return Handle(state);
   }
+  // Checks of the group as a whole fail every member; a member's own checks fail that member (and
+  // with it, on rank 0, the whole group).
+  Checks group{*rt, {}};
+  if (in.size() != out.size()) group.fail(count_error);
+  group.reduce_op(op);
+  out.resize(in.size());  // after a count mismatch: members without an output fail anyway
+  std::vector<std::string> member_errors(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    Checks c{*rt, group.error};
+    const std::string n = std::to_string(i);
+    c.tensor(in[i], "input " + n);
+    c.tensor(out[i], "output " + n);
+    c.output_matches(in[i], out[i], "input " + n, "output " + n);
+    c.on_this_gpu(in[i]);
+    member_errors[i] = std::move(c.error);
+  }
+  if (std::all_of(member_errors.begin(), member_errors.end(), [](const std::string& e) { return e.empty(); })) {
+    group.no_overlap(in, out, true);
+    if (group.failed()) member_errors.assign(in.size(), group.error);
+  }
+  auto state = std::make_shared<detail::HandleState>(static_cast<int>(in.size()));
   std::vector<TensorTableEntry> entries;
   std::vector<Request> requests;
   for (size_t i = 0; i < in.size(); ++i) {
     std::string member = name + "." + std::to_string(i);
-    Request req = make_request(*rt, RequestType::kAllreduce, member, in[i]);
+    Request req = make_request(*rt, RequestType::kAllreduce, member, in[i], std::move(member_errors[i]));
     req.reduce_op = op;
     req.group = name;
     req.group_size = static_cast<int32_t>(in.size());
-    if (req.error.empty()) req.error = check_tensor(in[i], "the input");
-    if (req.error.empty() && (out[i].num_elements() != in[i].num_elements() || out[i].dtype() != in[i].dtype()))
-      req.error = "output " + std::to_string(i) + " does not match input " + std::to_string(i) + " in dtype or size.";
     entries.push_back(make_entry(RequestType::kAllreduce, member, in[i], out[i], state));
     requests.push_back(std::move(req));
   }
@@ -180,58 +413,35 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
 Handle allgather_async(TensorRef in, const std::string& name) {
   auto rt = get("allgather_async()");
   check_name(name, "allgather");
-  Request req = make_request(*rt, RequestType::kAllgather, name, in);
-  if (req.error.empty()) req.error = check_tensor(in, "the input");
-  if (req.error.empty() && in.shape().empty())
-    req.error = "a scalar has no first dimension to gather along; pass shape {1} instead of {}.";
+  Checks c{*rt, {}};
+  c.tensor(in, "the input");
+  c.on_this_gpu(in);
+  c.first_dimension(in, "gather");
+  Request req = make_request(*rt, RequestType::kAllgather, name, in, std::move(c.error));
   return submit(*rt, RequestType::kAllgather, name, in, in, std::move(req));
 }
 
 Handle broadcast_async(TensorRef inout, int root, const std::string& name) {
   auto rt = get("broadcast_async()");
   check_name(name, "broadcast");
-  Request req = make_request(*rt, RequestType::kBroadcast, name, inout);
+  Checks c{*rt, {}};
+  c.tensor(inout, "the tensor");
+  c.on_this_gpu(inout);
+  c.root(root, rt->topology().size);
+  Request req = make_request(*rt, RequestType::kBroadcast, name, inout, std::move(c.error));
   req.root = root;
-  const int size = rt->topology().size;
-  if (req.error.empty()) req.error = check_tensor(inout, "the tensor");
-  if (req.error.empty() && (root < 0 || root >= size))
-    req.error = "root " + std::to_string(root) + " is out of range for " + std::to_string(size) +
-                " ranks: pass a root from 0 to " + std::to_string(size - 1) + ".";
   return submit(*rt, RequestType::kBroadcast, name, inout, inout, std::move(req));
 }
 
 Handle alltoall_async(TensorRef in, std::vector<int64_t> splits, const std::string& name) {
   auto rt = get("alltoall_async()");
   check_name(name, "alltoall");
-  Request req = make_request(*rt, RequestType::kAlltoall, name, in);
-  const int size = rt->topology().size;
-  if (req.error.empty()) req.error = check_tensor(in, "the input");
-  if (req.error.empty() && in.shape().empty())
-    req.error = "a scalar has no first dimension to split; pass shape {1} or more.";
-  const int64_t rows = in.shape().empty() ? 0 : in.shape()[0];
-  if (req.error.empty() && splits.empty()) {
-    if (rows % size != 0)
-      req.error = "no splits were given and the first dimension " + std::to_string(rows) +
-                  " does not divide evenly among " + std::to_string(size) + " ranks; pass splits.";
-    else
-      splits.assign(size, rows / size);
-  }
-  if (req.error.empty()) {
-    int64_t sum = 0;
-    bool negative = false;
-    for (int64_t s : splits) {
-      sum += s;
-      negative = negative || s < 0;
-    }
-    if (static_cast<int>(splits.size()) != size)
-      req.error = "it gave " + std::to_string(splits.size()) + " splits for " + std::to_string(size) +
-                  " ranks: pass one split per rank.";
-    else if (negative)
-      req.error = "it gave a negative split " + shape_string(splits) + ".";
-    else if (sum != rows)
-      req.error = "its splits " + shape_string(splits) + " add up to " + std::to_string(sum) +
-                  ", but its tensor has " + std::to_string(rows) + " rows in its first dimension.";
-  }
+  Checks c{*rt, {}};
+  c.tensor(in, "the input");
+  c.on_this_gpu(in);
+  c.first_dimension(in, "split");
+  c.splits(splits, in, rt->topology().size);
+  Request req = make_request(*rt, RequestType::kAlltoall, name, in, std::move(c.error));
   auto state = std::make_shared<detail::HandleState>(1);
   std::vector<TensorTableEntry> entries;
   entries.push_back(make_entry(RequestType::kAlltoall, name, in, in, state));
@@ -242,11 +452,13 @@ Handle alltoall_async(TensorRef in, std::vector<int64_t> splits, const std::stri
 Handle reducescatter_async(TensorRef in, const std::string& name, ReduceOp op) {
   auto rt = get("reducescatter_async()");
   check_name(name, "reducescatter");
-  Request req = make_request(*rt, RequestType::kReducescatter, name, in);
+  Checks c{*rt, {}};
+  c.tensor(in, "the input");
+  c.on_this_gpu(in);
+  c.first_dimension(in, "scatter");
+  c.reduce_op(op);
+  Request req = make_request(*rt, RequestType::kReducescatter, name, in, std::move(c.error));
   req.reduce_op = op;
-  if (req.error.empty()) req.error = check_tensor(in, "the input");
-  if (req.error.empty() && in.shape().empty())
-    req.error = "a scalar has no first dimension to scatter; pass shape {1} or more.";
   return submit(*rt, RequestType::kReducescatter, name, in, in, std::move(req));
 }
 

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -34,8 +35,16 @@ class Handle {
   std::shared_ptr<detail::HandleState> state_;
 };
 
+// Tensor names: 1 to kMaxNameBytes bytes, no NUL byte, not starting with kReservedNamePrefix
+// (hvd's own barrier and join). A bad name throws hvd::InvalidArgumentError at once.
+inline constexpr std::size_t kMaxNameBytes = 1024;
+inline constexpr const char* kReservedNamePrefix = "__hvd.";
+
 // The core collectives. Every rank calls each with the same name; ranks may call them in different
 // orders (names identify tensors). The name must not be in flight already on this rank.
+// Bad arguments of one rank (a null pointer, a negative or overflowing shape, an output that does
+// not match or partly overlaps its input, a bad root or splits, ...) fail the operation on every
+// rank with one message from Handle::wait(); docs/errors.md lists them all.
 // allreduce: out = postscale * reduce_op(prescale * in over ranks); kAverage divides by the number of
 // ranks that contributed (ranks that called join() contribute the identity of the op).
 Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name,

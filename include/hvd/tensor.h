@@ -61,6 +61,9 @@ class TensorRef {
   TensorRef(const void* data, DataType dtype, std::vector<int64_t> shape, Device device = {},
             void* stream = nullptr)
       : TensorRef(const_cast<void*>(data), dtype, std::move(shape), device, stream) {}
+  // No data: TensorRef(nullptr, dtype, {0}) (a null pointer is valid only without elements).
+  TensorRef(std::nullptr_t, DataType dtype, std::vector<int64_t> shape, Device device = {}, void* stream = nullptr)
+      : TensorRef(static_cast<void*>(nullptr), dtype, std::move(shape), device, stream) {}
 
   void* data() const { return data_; }
   DataType dtype() const { return dtype_; }

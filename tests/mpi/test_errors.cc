@@ -12,12 +12,24 @@
 
 #include "hvd/hvd.h"
 #include "tests/mpi/test_collectives_util.h"
+#include "tests/unit/error_catalogue.h"
 
 namespace hvdtest {
 namespace {
 
+const std::vector<CatalogueRow>& catalogue() {
+  static const std::vector<CatalogueRow> rows = [] {
+    std::string error;
+    auto r = load_catalogue(HVD_ERRORS_MD, &error);
+    if (!error.empty()) ADD_FAILURE() << error;
+    return r;
+  }();
+  return rows;
+}
+
 // Runs an operation that must fail with hvd::Error, at enqueue or at wait. Returns what(), or ""
-// after recording a failure when nothing was thrown.
+// after recording a failure when nothing was thrown. The message must match exactly one row of
+// docs/errors.md and repeat no prefix.
 std::string expect_hvd_error(const std::function<hvd::Handle()>& op, const std::string& what,
                              bool expect_invalid_argument = true) {
   try {
@@ -25,6 +37,8 @@ std::string expect_hvd_error(const std::function<hvd::Handle()>& op, const std::
     hvd::Handle h = op();
     h.wait();
   } catch (const hvd::Error& e) {
+    EXPECT_EQ(catalogue_mismatch(catalogue(), e.what()), "") << what;
+    EXPECT_EQ(repeated_prefix(e.what()), "") << what << ": " << e.what();
     if (expect_invalid_argument) {
       EXPECT_NE(dynamic_cast<const hvd::InvalidArgumentError*>(&e), nullptr)
           << what << ": expected hvd::InvalidArgumentError (include/hvd/error.h: mismatched tensors, bad "
