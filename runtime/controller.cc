@@ -57,7 +57,27 @@ void Controller::classify(Request&& r) {
 std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown) {
   std::vector<Request> fresh;
   queue_.pop_requests(&fresh);
-  for (auto& r : fresh) classify(std::move(r));
+  // A group is negotiated as a whole: rank 0 releases it when every member is there. If some
+  // members were served from the cache while others (reshaped, say) went to rank 0, the group would
+  // wait for members that had already run, on every rank, forever. So a group takes the fast path
+  // only when every member hits; otherwise all its members go the slow way, and the hits' cache
+  // entries are invalidated everywhere so that no rank runs them alone. (A group's members arrive
+  // in one pop: TensorQueue::add hands them over atomically.)
+  std::set<std::string> slow_groups;
+  if (cache_.capacity() > 0 && !joined_) {
+    uint32_t pos = 0;
+    for (const auto& r : fresh)
+      if (!r.group.empty() && cache_.lookup(r, &pos) != ResponseCache::Lookup::kHit) slow_groups.insert(r.group);
+  }
+  for (auto& r : fresh) {
+    uint32_t pos = 0;
+    if (!r.group.empty() && slow_groups.count(r.group) && cache_.lookup(r, &pos) == ResponseCache::Lookup::kHit) {
+      invalid_positions_.push_back(pos);
+      uncached_.push_back(std::move(r));
+      continue;
+    }
+    classify(std::move(r));
+  }
   // Hits that waited too long go to rank 0 (after invalidating their entry everywhere), where the
   // stall inspector sees them.
   const auto now = std::chrono::steady_clock::now();

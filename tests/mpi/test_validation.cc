@@ -524,13 +524,9 @@ TEST_F(Validation, GroupedNullOutputOnRankZero) {
   EXPECT_EQ(data, std::vector<float>(4, 1.0f)) << "a failed operation must not touch its buffers";
 }
 
-// Found by fuzz_api (not an argument check): a group submitted again under its name, with one
-// member's shape changed and another's not, hangs on every rank. The unchanged member is served
-// from the response cache while the changed one waits in the controller for the whole group, which
-// never comes together. Disabled until runtime/controller.cc handles it (e.g. no cache hits for
-// group members, or a group fails/goes the slow way as a whole); enable with
-// --gtest_also_run_disabled_tests.
-TEST_F(Validation, DISABLED_GroupSubmittedAgainWithOneMemberChanged) {
+// Found by fuzz_api: the unchanged member used to run from the cache alone while the reshaped one
+// waited for the whole group at rank 0, on every rank, forever (runtime/controller.cc, cycle()).
+TEST_F(Validation, GroupSubmittedAgainWithOneMemberChanged) {
   std::vector<float> a(49, 1.0f), b(49, 1.0f);
   {
     Watchdog w("v.regroup (first)", 30);
