@@ -1,5 +1,7 @@
 #include "runtime/fusion.h"
 
+#include <limits>
+
 #include <iterator>
 #include <map>
 
@@ -25,11 +27,20 @@ void append(Response& into, Response& r) {
 }  // namespace
 
 int64_t response_bytes(const Response& r) {
+  // Saturating: an error response may carry the shape a bad request had (negative or huge
+  // dimensions); fusion only compares the result with the threshold.
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   int64_t total = 0;
   for (const auto& shape : r.shapes) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    total += n * static_cast<int64_t>(dtype_size(r.dtype));
+    int64_t n = static_cast<int64_t>(dtype_size(r.dtype));
+    for (int64_t d : shape) {
+      if (d <= 0) {
+        n = 0;
+        break;
+      }
+      n = n > kMax / d ? kMax : n * d;
+    }
+    total = total > kMax - n ? kMax : total + n;
   }
   return total;
 }
