@@ -3,6 +3,19 @@
 # ON: fail with a hint when something is missing. OFF: never look.
 # Sets HVD_HAVE_CUDA/NCCL/CUDNN (and *_01 for config.h), HVD_*_VERSION, and imported targets
 # hvd::nccl and hvd::cudnn next to CUDA::cudart.
+#
+# Where NCCL and cuDNN are looked for (docs/gpu.md, "Building"):
+#   HVD_NCCL_ROOT / HVD_CUDNN_ROOT (CMake or environment variables): a prefix with include/ and
+#     lib/, e.g. pip's wheel layout <site-packages>/nvidia/nccl and .../nvidia/cudnn. When set, ONLY
+#     that prefix is searched (a missing library there is an error, never a silent fallback).
+#   otherwise the CUDA toolkit's folders, /usr, CMAKE_PREFIX_PATH; and when that finds nothing, the
+#     pip packages nvidia-nccl-cu13 / nvidia-cudnn-cu13 of HVD_PYTHON (default: python3 on PATH).
+#   HVD_CUBLAS_ROOT: a prefix with include/cublas_v2.h and lib/libcublas*, used for CUDA::cublas
+#     when the toolkit has no cuBLAS (pip's nvidia-cublas: <site-packages>/nvidia/cu13).
+# pip's wheels ship only the versioned files (libnccl.so.2, libcudnn.so.9, libcublas.so.13), no
+# unversioned .so link: those names are searched too. Outside the toolkit's and the system's
+# folders the libraries are linked by full path, so CMake puts their folders in the build tree's
+# RUNPATH; libcudnn.so.9 loads its engine libraries from its own folder ($ORIGIN).
 set(HVD_HAVE_CUDA OFF)
 set(HVD_HAVE_NCCL OFF)
 set(HVD_HAVE_CUDNN OFF)
@@ -10,29 +23,119 @@ set(HVD_CUDA_VERSION "")
 set(HVD_NCCL_VERSION "")
 set(HVD_CUDNN_VERSION "")
 
+# The folder of a pip package's Python module (nvidia.nccl, nvidia.cudnn, nvidia.cu13), or "".
+# These are namespace packages in recent wheels (no __init__.py: __file__ is None), so read
+# __path__, which both kinds have.
+function(_hvd_pip_module_dir module out)
+  set(${out} "" PARENT_SCOPE)
+  set(_py "${HVD_PYTHON}")
+  if(NOT _py AND DEFINED ENV{HVD_PYTHON})
+    set(_py "$ENV{HVD_PYTHON}")
+  endif()
+  if(NOT _py)
+    find_program(_hvd_python3 NAMES python3)
+    set(_py "${_hvd_python3}")
+  endif()
+  if(NOT _py)
+    return()
+  endif()
+  execute_process(COMMAND "${_py}" -c "import ${module} as m; print(list(m.__path__)[0])"
+    OUTPUT_VARIABLE _dir RESULT_VARIABLE _rc ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE TIMEOUT 60)
+  if(_rc EQUAL 0 AND IS_DIRECTORY "${_dir}")
+    set(${out} "${_dir}" PARENT_SCOPE)
+  endif()
+endfunction()
+
+# Finds <lib> (names: e.g. "nccl;libnccl.so.2") and <header> into HVD_<KEY>_LIBRARY and
+# HVD_<KEY>_INCLUDE_DIR. With HVD_<KEY>_ROOT set (cache or environment): there only. Otherwise the
+# default places, then the pip module's folder.
+function(_hvd_find_gpu_lib key names header pip_module)
+  set(_root "${HVD_${key}_ROOT}")
+  if(NOT _root AND DEFINED ENV{HVD_${key}_ROOT})
+    set(_root "$ENV{HVD_${key}_ROOT}")
+  endif()
+  if(_root)
+    # A root given after an earlier configure found the library elsewhere: look again.
+    foreach(_v HVD_${key}_LIBRARY HVD_${key}_INCLUDE_DIR)
+      string(FIND "${${_v}}" "${_root}" _at)
+      if(${_v} AND NOT _at EQUAL 0)
+        unset(${_v} CACHE)
+      endif()
+    endforeach()
+    find_library(HVD_${key}_LIBRARY NAMES ${names} PATHS "${_root}" PATH_SUFFIXES lib lib64 NO_DEFAULT_PATH)
+    find_path(HVD_${key}_INCLUDE_DIR ${header} PATHS "${_root}" PATH_SUFFIXES include NO_DEFAULT_PATH)
+    set(HVD_${key}_SOURCE "HVD_${key}_ROOT=${_root}" PARENT_SCOPE)
+    return()
+  endif()
+  find_library(HVD_${key}_LIBRARY NAMES ${names}
+    HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
+  find_path(HVD_${key}_INCLUDE_DIR ${header}
+    HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include /usr/include)
+  set(HVD_${key}_SOURCE "system" PARENT_SCOPE)
+  if((NOT HVD_${key}_LIBRARY OR NOT HVD_${key}_INCLUDE_DIR) AND pip_module)
+    _hvd_pip_module_dir(${pip_module} _pip)
+    if(_pip)
+      unset(HVD_${key}_LIBRARY CACHE)
+      unset(HVD_${key}_INCLUDE_DIR CACHE)
+      find_library(HVD_${key}_LIBRARY NAMES ${names} PATHS "${_pip}" PATH_SUFFIXES lib NO_DEFAULT_PATH)
+      find_path(HVD_${key}_INCLUDE_DIR ${header} PATHS "${_pip}" PATH_SUFFIXES include NO_DEFAULT_PATH)
+      set(HVD_${key}_SOURCE "pip package ${pip_module} (${_pip})" PARENT_SCOPE)
+    endif()
+  endif()
+endfunction()
+
 if(NOT HVD_WITH_CUDA STREQUAL "OFF")
+  set(HVD_NCCL_ROOT "" CACHE PATH "Prefix of NCCL (include/nccl.h, lib/libnccl.so*): searched alone when set")
+  set(HVD_CUDNN_ROOT "" CACHE PATH "Prefix of cuDNN (include/cudnn.h, lib/libcudnn.so*): searched alone when set")
+  set(HVD_CUBLAS_ROOT "" CACHE PATH "Prefix of cuBLAS, used when the CUDA toolkit has none (pip: nvidia/cu13)")
   if(NOT DEFINED CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()
   find_package(CUDAToolkit QUIET)
-  find_library(HVD_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
-  find_path(HVD_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include /usr/include)
-  find_library(HVD_CUDNN_LIBRARY cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
-  find_path(HVD_CUDNN_INCLUDE_DIR cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include /usr/include)
+  _hvd_find_gpu_lib(NCCL "nccl;libnccl.so.2" nccl.h nvidia.nccl)
+  _hvd_find_gpu_lib(CUDNN "cudnn;libcudnn.so.9" cudnn.h nvidia.cudnn)
+  # cuBLAS (train_cnn's GPU model): the toolkit's, else HVD_CUBLAS_ROOT, else pip's nvidia/cu13.
+  if(CUDAToolkit_FOUND AND (HVD_CUBLAS_ROOT OR NOT TARGET CUDA::cublas))
+    set(_cublas_root "${HVD_CUBLAS_ROOT}")
+    if(NOT _cublas_root)
+      _hvd_pip_module_dir(nvidia.cu13 _cublas_root)
+    endif()
+    if(_cublas_root)
+      find_library(HVD_CUBLAS_LIBRARY NAMES cublas libcublas.so.13 PATHS "${_cublas_root}" PATH_SUFFIXES lib NO_DEFAULT_PATH)
+      find_library(HVD_CUBLASLT_LIBRARY NAMES cublasLt libcublasLt.so.13 PATHS "${_cublas_root}" PATH_SUFFIXES lib NO_DEFAULT_PATH)
+      find_path(HVD_CUBLAS_INCLUDE_DIR cublas_v2.h PATHS "${_cublas_root}" PATH_SUFFIXES include NO_DEFAULT_PATH)
+      if(HVD_CUBLAS_LIBRARY AND HVD_CUBLASLT_LIBRARY AND HVD_CUBLAS_INCLUDE_DIR)
+        if(TARGET CUDA::cublas)
+          set_target_properties(CUDA::cublas PROPERTIES IMPORTED_LOCATION ${HVD_CUBLAS_LIBRARY}
+            INTERFACE_LINK_LIBRARIES "CUDA::cudart;${HVD_CUBLASLT_LIBRARY}")
+          set_property(TARGET CUDA::cublas PROPERTY INTERFACE_INCLUDE_DIRECTORIES
+            ${HVD_CUBLAS_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+          set_property(TARGET CUDA::cublas PROPERTY IMPORTED_NO_SYSTEM TRUE)
+        else()
+          add_library(CUDA::cublas UNKNOWN IMPORTED)
+          set_target_properties(CUDA::cublas PROPERTIES IMPORTED_LOCATION ${HVD_CUBLAS_LIBRARY}
+            INTERFACE_INCLUDE_DIRECTORIES ${HVD_CUBLAS_INCLUDE_DIR}
+            INTERFACE_LINK_LIBRARIES "CUDA::cudart;${HVD_CUBLASLT_LIBRARY}")
+        endif()
+        message(STATUS "hvd: cuBLAS from ${_cublas_root}")
+      endif()
+    endif()
+  endif()
   set(_missing "")
   if(NOT CUDAToolkit_FOUND)
     list(APPEND _missing "the CUDA toolkit (nvcc, cudart)")
   endif()
   if(NOT HVD_NCCL_LIBRARY OR NOT HVD_NCCL_INCLUDE_DIR)
-    list(APPEND _missing "NCCL (libnccl, nccl.h)")
+    list(APPEND _missing "NCCL (libnccl, nccl.h; looked in: ${HVD_NCCL_SOURCE})")
   endif()
   if(NOT HVD_CUDNN_LIBRARY OR NOT HVD_CUDNN_INCLUDE_DIR)
-    list(APPEND _missing "cuDNN (libcudnn, cudnn.h)")
+    list(APPEND _missing "cuDNN (libcudnn, cudnn.h; looked in: ${HVD_CUDNN_SOURCE})")
   endif()
   if(_missing)
     if(HVD_WITH_CUDA STREQUAL "ON")
-      message(FATAL_ERROR "HVD_WITH_CUDA=ON but missing: ${_missing}. Install them (or point "
-        "CUDAToolkit_ROOT / CMAKE_PREFIX_PATH at them), or configure with -DHVD_WITH_CUDA=OFF.")
+      message(FATAL_ERROR "HVD_WITH_CUDA=ON but missing: ${_missing}. Install them, or point "
+        "HVD_NCCL_ROOT / HVD_CUDNN_ROOT at their prefixes (pip: <site-packages>/nvidia/nccl and "
+        "/nvidia/cudnn) and CUDAToolkit_ROOT at the toolkit, or configure with -DHVD_WITH_CUDA=OFF.")
     else()
       message(WARNING "hvd: building without the GPU path; missing: ${_missing}")
     endif()
@@ -50,16 +153,20 @@ if(NOT HVD_WITH_CUDA STREQUAL "OFF")
     file(STRINGS ${_cudnn_h} _cudnn_v REGEX "#define CUDNN_(MAJOR|MINOR|PATCHLEVEL) ")
     string(REGEX REPLACE ".*CUDNN_MAJOR ([0-9]+).*CUDNN_MINOR ([0-9]+).*CUDNN_PATCHLEVEL ([0-9]+).*" "\\1.\\2.\\3" HVD_CUDNN_VERSION "${_cudnn_v}")
     if(NOT TARGET hvd::nccl)
+      # IMPORTED_NO_SYSTEM: their headers come as -I, which the compiler searches before every
+      # -isystem folder, so a toolkit that carries its own nccl.h/cudnn.h (CUDA::cudart's include
+      # folder) cannot shadow the ones of the library that is linked.
       add_library(hvd::nccl UNKNOWN IMPORTED)
       set_target_properties(hvd::nccl PROPERTIES IMPORTED_LOCATION ${HVD_NCCL_LIBRARY}
-        INTERFACE_INCLUDE_DIRECTORIES ${HVD_NCCL_INCLUDE_DIR})
+        INTERFACE_INCLUDE_DIRECTORIES ${HVD_NCCL_INCLUDE_DIR} IMPORTED_NO_SYSTEM TRUE)
       add_library(hvd::cudnn UNKNOWN IMPORTED)
       set_target_properties(hvd::cudnn PROPERTIES IMPORTED_LOCATION ${HVD_CUDNN_LIBRARY}
-        INTERFACE_INCLUDE_DIRECTORIES ${HVD_CUDNN_INCLUDE_DIR})
+        INTERFACE_INCLUDE_DIRECTORIES ${HVD_CUDNN_INCLUDE_DIR} IMPORTED_NO_SYSTEM TRUE)
     endif()
     set(HVD_CUDA_ARCHITECTURES "90-real;90-virtual" CACHE STRING "CUDA architectures (default: sm_90 code and PTX)")
     set(CMAKE_CUDA_ARCHITECTURES ${HVD_CUDA_ARCHITECTURES})
-    message(STATUS "hvd: GPU path on: CUDA ${HVD_CUDA_VERSION}, NCCL ${HVD_NCCL_VERSION}, cuDNN ${HVD_CUDNN_VERSION}")
+    message(STATUS "hvd: GPU path on: CUDA ${HVD_CUDA_VERSION}, NCCL ${HVD_NCCL_VERSION} (${HVD_NCCL_LIBRARY}), "
+      "cuDNN ${HVD_CUDNN_VERSION} (${HVD_CUDNN_LIBRARY})")
   endif()
 endif()
 
