@@ -6,7 +6,9 @@
 //
 //   hvd::init();
 //   hvd::MirroredStrategy strategy({.base_learning_rate = 0.01, .warmup_steps = 100});
-//   strategy.broadcast_parameters(model.parameters());           // everyone starts from rank 0
+//   std::vector<hvd::NamedTensor> params = {{"w", hvd::as_tensor(std::span<float>(w))}};
+//   strategy.broadcast_parameters(params);                        // everyone starts from rank 0
+//   // (a LibTorch model: hvd::torch::broadcast_parameters(model->named_parameters()), hvd/torch.h)
 //   for (int epoch = 0; ...; ++epoch) {
 //     hvd::Shard shard = strategy.shard(train.size(), batch_per_replica, epoch);
 //     for (int64_t step = 0; step < shard.steps; ++step) {

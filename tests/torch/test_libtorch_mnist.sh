@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Checks examples/libtorch_mnist (real Fashion-MNIST; exit 77 = skipped when it is not installed).
+#
+# usage: test_libtorch_mnist.sh MODE PLAIN HVD WORKDIR NP MPIEXEC [MPIEXEC_FLAGS...]
+#   same-weights  the hvd trainer on 1 rank and on NP ranks, global batch 96 (each of NP ranks
+#                 96 / NP), dropout off, 30 steps: the final weights agree to float tolerance
+#                 (|a - b| <= 1e-4 * max(|a|, |b|) + 1e-6)
+#   resume        on NP ranks: 40 steps in one run, against 20 steps, then a run resumed from the
+#                 rank-0 checkpoint to 40: the same weights, bit for bit
+#   plain         the plain LibTorch trainer: 10 steps with a checkpoint, resumed to 20
+set -euo pipefail
+
+mode=$1 plain=$2 hvd=$3 workdir=$4 np=$5
+shift 5
+mpiexec=("$@")
+data=${FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
+if [[ ! -e $data/train-images-idx3-ubyte.gz && ! -e $data/train-images-idx3-ubyte ]]; then
+  echo "SKIP: no Fashion-MNIST in $data (apt-get install dataset-fashion-mnist)"
+  exit 77
+fi
+dir=$workdir/$mode.np$np
+rm -rf "$dir"
+mkdir -p "$dir"
+common=(--data-dir "$data" --threads 1 --no-test --log-interval 10 --seed 3)
+
+compare() {  # compare FILE_A FILE_B REL ABS
+  awk -v rel="$3" -v abs="$4" '
+    FNR == NR { a[FNR] = $1; n = FNR; next }
+    {
+      m = FNR; b = $1; d = a[FNR] - b; if (d < 0) d = -d
+      x = a[FNR] < 0 ? -a[FNR] : a[FNR]; y = b < 0 ? -b : b; s = x > y ? x : y
+      if (d > worst_abs) worst_abs = d
+      if (s > 0 && d / s > worst) worst = d / s
+      if (d > rel * s + abs) { if (bad < 5) printf "weight %d differs: %s vs %s\n", FNR - 1, a[FNR], b; bad++ }
+    }
+    END {
+      if (m != n || n == 0) { printf "FAIL: %d weights against %d\n", n, m; exit 1 }
+      printf "%d weights, worst relative difference %.3g, worst absolute %.3g\n", n, worst, worst_abs
+      if (bad) { printf "FAIL: %d weights differ\n", bad; exit 1 }
+      print "OK"
+    }' "$1" "$2"
+}
+
+case "$mode" in
+  same-weights)
+    args=("${common[@]}" --batch-size 96 --max-steps 30 --dropout 0)
+    "${mpiexec[@]}" -np 1 "$hvd" "${args[@]}" --weights-out "$dir/w1.txt" | tee "$dir/np1.log"
+    "${mpiexec[@]}" -np "$np" "$hvd" "${args[@]}" --weights-out "$dir/w$np.txt" | tee "$dir/np$np.log"
+    compare "$dir/w1.txt" "$dir/w$np.txt" 1e-4 1e-6
+    ;;
+  resume)
+    args=("${common[@]}" --batch-size 64 --dropout 0)
+    "${mpiexec[@]}" -np "$np" "$hvd" "${args[@]}" --max-steps 40 --checkpoint-dir "$dir/a" \
+      --weights-out "$dir/uninterrupted.txt" | tee "$dir/a.log"
+    "${mpiexec[@]}" -np "$np" "$hvd" "${args[@]}" --max-steps 20 --checkpoint-dir "$dir/b" | tee "$dir/b1.log"
+    ls "$dir/b"
+    "${mpiexec[@]}" -np "$np" "$hvd" "${args[@]}" --max-steps 40 --checkpoint-dir "$dir/b" \
+      --weights-out "$dir/resumed.txt" | tee "$dir/b2.log"
+    grep -q "starting at step 20" "$dir/b2.log" || { echo "FAIL: the second run did not resume at step 20"; exit 1; }
+    if cmp -s "$dir/uninterrupted.txt" "$dir/resumed.txt"; then
+      echo "OK: the resumed run ends with the uninterrupted run's weights, bit for bit"
+    else
+      compare "$dir/uninterrupted.txt" "$dir/resumed.txt" 0 0 || true
+      echo "FAIL: the resumed run's weights differ"
+      exit 1
+    fi
+    ;;
+  plain)
+    args=("${common[@]}" --batch-size 64)
+    "$plain" "${args[@]}" --max-steps 10 --checkpoint-dir "$dir/ck" | tee "$dir/p1.log"
+    "$plain" "${args[@]}" --max-steps 20 --checkpoint-dir "$dir/ck" --weights-out "$dir/w.txt" | tee "$dir/p2.log"
+    grep -q "starting at step 10" "$dir/p2.log" || { echo "FAIL: the plain trainer did not resume at step 10"; exit 1; }
+    [[ $(wc -l <"$dir/w.txt") -eq 21840 ]] || { echo "FAIL: expected 21840 weights"; exit 1; }
+    echo "OK"
+    ;;
+  *)
+    echo "unknown mode '$mode'" >&2
+    exit 2
+    ;;
+esac

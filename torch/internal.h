@@ -1,0 +1,36 @@
+#pragma once
+
+// Shared by the translation units of hvd::torch (not installed).
+#include <string>
+#include <vector>
+
+#include "hvd/torch.h"
+
+namespace hvd::torch::internal {
+
+// "[2,3]".
+std::string sizes_string(at::IntArrayRef sizes);
+// "float32 [2,3] on cpu".
+std::string describe(const at::Tensor& t);
+
+// Why `t` cannot go to hvd (a sentence fragment after "<role> "), or "" when it can.
+std::string problem(const at::Tensor& t);
+// The view of a tensor that passed problem().
+TensorRef ref(const at::Tensor& t);
+
+// Throws hvd::InvalidArgumentError "hvd::torch::<op> of '<name>' failed: <what>" after making the
+// other ranks' operation `<op>` of `name` fail too (see hvd/torch.h): it submits a request the
+// core rejects on every rank, waits for it, then throws. `members` is the size of a group.
+enum class Op { kAllreduce, kGroupedAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter };
+[[noreturn]] void fail_everywhere(Op op, const std::string& name, const std::string& what, int root = 0,
+                                  std::size_t members = 1);
+const char* op_name(Op op);
+
+// Copies root's value of every tensor into every rank's, in place; a non-contiguous tensor goes
+// through a contiguous copy. Names must be unique and the same on every rank.
+void broadcast_in_place(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int root);
+
+// Marks an in-place change (autograd's version counter), as torch's own in-place ops do.
+void bump_version(const at::Tensor& t);
+
+}  // namespace hvd::torch::internal
