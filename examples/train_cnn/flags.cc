@@ -1,6 +1,7 @@
 #include "flags.h"
 
 #include <boost/program_options.hpp>
+#include <exception>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,15 +41,20 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
   ParsedFlags out;
   Flags& f = out.flags;
   f.data_dir = data::kDefaultFashionMnistDir;
+  std::string warmup;  // --warmup-steps: "auto" or a whole number
 
   po::options_description schedule("Training");
   schedule.add_options()
     ("epochs", po::value(&f.epochs)->default_value(f.epochs), "epochs to train (in total, counting a resumed run's earlier epochs)")
     ("batch-size", po::value(&f.batch_size)->default_value(f.batch_size), "images per replica per step (global batch = this x replicas)")
-    ("lr", po::value(&f.lr)->default_value(f.lr, "0.05"), "learning rate of one replica with its batch; multiplied by the number of replicas")
-    ("no-lr-scaling", po::bool_switch(), "use --lr as it is, whatever the number of replicas")
-    ("lr-decay", po::value(&f.lr_decay)->default_value(f.lr_decay, "0.6"), "multiplicative learning-rate decay per epoch")
-    ("warmup-steps", po::value(&f.warmup_steps)->default_value(f.warmup_steps), "ramp the rate linearly from --lr to the scaled rate over these steps")
+    ("lr", po::value(&f.lr)->default_value(f.lr, "0.05"), "learning rate of one replica with its batch; multiplied by the number of replicas (up to --max-lr)")
+    ("no-lr-scaling", po::bool_switch(), "use --lr as it is, whatever the number of replicas (no cap, no automatic warm-up)")
+    ("max-lr", po::value(&f.max_lr)->default_value(f.max_lr, "0.4"), "cap on the scaled rate (never below --lr; 0: no cap): above it the whole schedule is scaled down, as if --lr were max-lr / replicas; 0.4 = 8 x 0.05 trains stably, 0.8 diverges")
+    ("warmup-steps", po::value(&warmup)->default_value("auto"),
+     "ramp the rate linearly from --lr (capped: max-lr / replicas) to the scaled rate over the first N steps; auto: none when the "
+     "rate is not scaled up (1 replica), else one epoch, at least 50 steps, at most half the run; "
+     "an explicit N (0: none) overrides it")
+    ("lr-decay", po::value(&f.lr_decay)->default_value(f.lr_decay, "0.6"), "multiplicative learning-rate decay per epoch: epoch e (0-based) runs at x decay^e, the warm-up included")
     ("momentum", po::value(&f.momentum)->default_value(f.momentum, "0.9"), "SGD momentum")
     ("weight-decay", po::value(&f.weight_decay)->default_value(f.weight_decay, "5e-4"), "L2 weight decay")
     ("hidden", po::value(&f.hidden)->default_value(f.hidden), "width of the hidden dense layer")
@@ -109,7 +115,20 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
   require(f.batch_size >= 1, "--batch-size", f.batch_size, "it must be at least 1 (images per replica)");
   require(f.lr > 0, "--lr", f.lr, "it must be positive");
   require(f.lr_decay > 0 && f.lr_decay <= 1, "--lr-decay", f.lr_decay, "it must be in (0, 1]");
-  require(f.warmup_steps >= 0, "--warmup-steps", f.warmup_steps, "it must be 0 or more");
+  require(f.max_lr >= 0, "--max-lr", f.max_lr, "it must be 0 (no cap) or positive");
+  f.warmup_steps = -1;
+  if (warmup != "auto") {
+    size_t used = 0;
+    long long n = -1;
+    try {
+      n = std::stoll(warmup, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != warmup.size() || warmup.empty() || n < 0)
+      bad("--warmup-steps is '" + warmup + "': it must be auto or a whole number of steps, 0 or more.");
+    f.warmup_steps = n;
+  }
   require(f.momentum >= 0 && f.momentum < 1, "--momentum", f.momentum, "it must be in [0, 1)");
   require(f.weight_decay >= 0, "--weight-decay", f.weight_decay, "it must be 0 or more");
   require(f.hidden >= 1, "--hidden", f.hidden, "it must be at least 1");

@@ -14,10 +14,13 @@ struct Flags {
   // Schedule. Defaults: the schedule that reaches 0.919 test accuracy in 5 epochs (MODEL.md).
   int epochs = 5;
   int batch_size = 64;        // per replica
+  // The rate schedule (lr_schedule.h): lr x replicas, capped at max_lr, reached by a linear
+  // warm-up (Goyal et al. 2017), times lr_decay^epoch.
   double lr = 0.05;           // one replica's rate for its batch; x replicas unless !lr_scaling
   bool lr_scaling = true;
+  double max_lr = 0.4;        // cap on the scaled rate (0: none): then as if lr = max_lr / replicas
   double lr_decay = 0.6;      // the rate of epoch e is lr(step) x lr_decay^e
-  int64_t warmup_steps = 0;   // linear ramp from lr to the scaled rate (Goyal et al.)
+  int64_t warmup_steps = -1;  // linear ramp from lr to the scaled rate; -1: automatic ("auto")
   double momentum = 0.9;
   double weight_decay = 5e-4;
   int hidden = 512;

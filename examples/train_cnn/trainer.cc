@@ -84,9 +84,10 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   // The same decision on every rank (cross_size is global), so a constructor error is raised by
   // every rank alike.
   hvd::StrategyOptions so;
+  // The trainer's rate comes from schedule_ (lr_schedule.h: the strategy's linear scaling and
+  // warm-up plus a cap and an automatic warm-up length); these only describe it to the strategy.
   so.base_learning_rate = flags_.lr;
   so.scale_learning_rate = flags_.lr_scaling;
-  so.warmup_steps = flags_.warmup_steps;
   so.shuffle_seed = static_cast<uint64_t>(flags_.seed);
   std::string kind = flags_.strategy;
   if (kind == "auto") kind = hvd::cross_size() > 1 ? "multi-worker" : "mirrored";
@@ -103,12 +104,22 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   } catch (const hvd::InvalidArgumentError& e) {
     throw AllRanksError(std::string("--strategy ") + flags_.strategy + ": " + e.what());
   }
-  if (strategy_->shard(train_.count, flags_.batch_size, 0).steps == 0)
+  const int64_t steps_per_epoch = strategy_->shard(train_.count, flags_.batch_size, 0).steps;
+  if (steps_per_epoch == 0)
     throw AllRanksError("the training set has " + std::to_string(train_.count) +
                      " images, fewer than one global batch of " +
                      std::to_string(strategy_->global_batch(flags_.batch_size)) + " (--batch-size " +
                      std::to_string(flags_.batch_size) + " x " + std::to_string(size_) +
                      " replicas): lower --batch-size or use fewer ranks.");
+  // A function of the flags, the replicas and the data set only (not of --max-steps), so a run
+  // stopped early and resumed follows the uninterrupted run's schedule.
+  LrScheduleOptions lo;
+  lo.lr = flags_.lr;
+  lo.scaling = flags_.lr_scaling;
+  lo.max_lr = flags_.max_lr;
+  lo.warmup_steps = flags_.warmup_steps;
+  lo.decay = flags_.lr_decay;
+  schedule_.emplace(lo, size_, steps_per_epoch, steps_per_epoch * flags_.epochs);
 
   // Same seed everywhere, and rank 0's state broadcast anyway: every replica starts identical.
   net_->initialize(static_cast<uint64_t>(flags_.seed));
@@ -124,11 +135,8 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   std::ostringstream os;
   os << "train_cnn: " << size_ << (size_ == 1 ? " replica" : " replicas") << " (" << strategy_name_
      << ") on " << device_.description << "; " << describe_data() << "; batch "
-     << flags_.batch_size << " per replica, " << global_batch << " global; lr "
-     << strategy_->learning_rate(0) << " -> " << strategy_->learning_rate(flags_.warmup_steps)
-     << (flags_.warmup_steps > 0 ? " over " + std::to_string(flags_.warmup_steps) + " warm-up steps"
-                                 : std::string())
-     << ", x" << flags_.lr_decay << " per epoch; " << net_->num_parameters() << " parameters";
+     << flags_.batch_size << " per replica, " << global_batch << " global; "
+     << schedule_->describe() << "; " << net_->num_parameters() << " parameters";
   progress_->line(os.str());
 }
 
@@ -268,7 +276,7 @@ Trainer::StepResult Trainer::train_step(const std::vector<int64_t>& rows, double
   if (!std::isfinite(out.loss))
     throw AllRanksError("the training loss became " + format("%g", out.loss) + " at step " +
                      std::to_string(global_step_ + 1) + " (lr " + format("%g", lr) +
-                     "): lower --lr or add --warmup-steps.");
+                     "): lower --lr or --max-lr, or lengthen --warmup-steps.");
   net_->optimizer_step(static_cast<float>(lr));
   out.seconds = seconds_since(t0);
   out.wait = strategy_->wait_seconds() - wait0;
@@ -339,7 +347,6 @@ TrainSummary Trainer::run() {
   int64_t step_in_epoch = start_step_in_epoch_;
   for (; epoch < flags_.epochs && !stop; ++epoch, step_in_epoch = 0) {
     const hvd::Shard shard = strategy_->shard(train_.count, flags_.batch_size, epoch);
-    const double decay = std::pow(flags_.lr_decay, epoch);
     StepStats s;
     s.epoch = epoch;
     s.epochs = flags_.epochs;
@@ -351,7 +358,7 @@ TrainSummary Trainer::run() {
         stop = true;
         break;
       }
-      lr = strategy_->learning_rate(global_step_) * decay;
+      lr = schedule_->at(global_step_, epoch);
       const StepResult r = train_step(shard.batch(step_in_epoch), lr);
       ++global_step_;
       ++sum.steps_this_run;

@@ -5,8 +5,9 @@
 // Every rank builds the same replica (Network) and broadcasts rank 0's state; each step it takes
 // its slice of the global batch from the strategy's shard, starts each gradient's all-reduce as
 // the backward pass finishes it (Strategy::gradient_ready), waits once
-// (Strategy::synchronize_gradients) and steps the optimizer with the strategy's scaled, warmed-up
-// rate times lr_decay^epoch. The per-step loss and accuracy are all-reduced (sums over replicas)
+// (Strategy::synchronize_gradients) and steps the optimizer with the rate of LrSchedule
+// (lr_schedule.h: linearly scaled by the replicas, capped, reached by a warm-up, times
+// lr_decay^epoch). The per-step loss and accuracy are all-reduced (sums over replicas)
 // so rank 0 reports the global-batch mean. At each epoch end the test set is evaluated sharded
 // across ranks (counts combined with an all-reduce sum) and, with --checkpoint-dir, rank 0 saves a
 // checkpoint (parameters, optimizer velocity, epoch and step; the data order is a pure function
@@ -26,6 +27,7 @@
 #include "data/dataset.h"
 #include "flags.h"
 #include "hvd/hvd.h"
+#include "lr_schedule.h"
 #include "metrics_csv.h"
 #include "network.h"
 #include "progress.h"
@@ -82,6 +84,7 @@ class Trainer {
   std::vector<std::string> names_;
   std::unique_ptr<hvd::Strategy> strategy_;
   std::string strategy_name_;
+  std::optional<LrSchedule> schedule_;
   std::optional<hvd::Checkpointer> checkpointer_;
   std::unique_ptr<Progress> progress_;
   MetricsCsv csv_;

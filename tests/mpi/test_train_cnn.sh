@@ -55,8 +55,9 @@ case "$mode" in
       data=(--synthetic --synthetic-size 2048)
       echo "data: synthetic ($data_dir has no Fashion-MNIST)"
     fi
-    common=(--max-steps "$steps" --seed 11 --log-steps --test-limit 0 --metrics-csv none "${data[@]}")
-    # The same rate for the global batch either way: 1 rank x LR, NP ranks x (LR / NP) x NP.
+    common=(--max-steps "$steps" --seed 11 --log-steps --test-limit 0 --metrics-csv none --warmup-steps 0 "${data[@]}")
+    # The same rate for the global batch either way: 1 rank x LR, NP ranks x (LR / NP) x NP; no
+    # warm-up (the automatic one would ramp NP ranks from LR / NP, 1 rank has nothing to ramp).
     lr_np=$(awk -v np="$np" -v lr="$lr" 'BEGIN { printf "%.17g", lr / np }')
     mpi 1 "${common[@]}" --batch-size $((np * b)) --lr "$lr" --dump-weights w1.bin >one.log 2>&1 ||
       { cat one.log; fail "the 1-rank run failed"; }
