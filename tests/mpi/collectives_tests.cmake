@@ -12,6 +12,8 @@ target_compile_definitions(test_errors PRIVATE HVD_ERRORS_MD="${PROJECT_SOURCE_D
 # Every argument check of the public API, bad on one rank only, against docs/errors.md.
 hvd_add_mpi_test(test_validation test_validation.cc TIMEOUT 300)
 target_compile_definitions(test_validation PRIVATE HVD_ERRORS_MD="${PROJECT_SOURCE_DIR}/docs/errors.md")
+hvd_add_mpi_test(test_validation_names test_validation_names.cc TIMEOUT 180)
+target_compile_definitions(test_validation_names PRIVATE HVD_ERRORS_MD="${PROJECT_SOURCE_DIR}/docs/errors.md")
 hvd_add_mpi_test(test_memory test_memory.cc TIMEOUT 400)
 # Needs a process in which nothing has called init() yet: its own binary.
 hvd_add_mpi_test(test_before_init test_before_init.cc NP 1 2 TIMEOUT 60)

@@ -12,20 +12,10 @@
 
 #include "hvd/hvd.h"
 #include "tests/mpi/test_collectives_util.h"
-#include "tests/unit/error_catalogue.h"
+#include "tests/unit/error_catalogue_gtest.h"
 
 namespace hvdtest {
 namespace {
-
-const std::vector<CatalogueRow>& catalogue() {
-  static const std::vector<CatalogueRow> rows = [] {
-    std::string error;
-    auto r = load_catalogue(HVD_ERRORS_MD, &error);
-    if (!error.empty()) ADD_FAILURE() << error;
-    return r;
-  }();
-  return rows;
-}
 
 // Runs an operation that must fail with hvd::Error, at enqueue or at wait. Returns what(), or ""
 // after recording a failure when nothing was thrown. The message must match exactly one row of

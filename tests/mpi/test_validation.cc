@@ -4,9 +4,8 @@
 // For a rank's own bad argument, ONE rank passes it (rank 0, then the last rank) and the others
 // pass good arguments: EVERY rank must throw hvd::InvalidArgumentError within seconds, all with the
 // same message, which is the expected text, matches exactly one row of docs/errors.md and repeats
-// no prefix. Then good operations work (the messages are compared through an allgather). Bad names
-// throw at once on the rank that passes them (no other rank can match them): every rank passes the
-// same bad name here and must throw the same message at once.
+// no prefix. Then good operations work (the messages are compared through an allgather). Bad names,
+// which throw at once, are in test_validation_names.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +19,7 @@
 
 #include "hvd/hvd.h"
 #include "tests/mpi/test_collectives_util.h"
-#include "tests/unit/error_catalogue.h"
+#include "tests/mpi/validation_util.h"
 
 namespace hvdtest {
 namespace {
@@ -30,60 +29,6 @@ using hvd::TensorRef;
 
 // Generous for an oversubscribed machine; an error takes one negotiation cycle.
 constexpr double kSecondsAllowed = 15.0;
-
-const std::vector<CatalogueRow>& catalogue() {
-  static const std::vector<CatalogueRow> rows = [] {
-    std::string error;
-    auto r = load_catalogue(HVD_ERRORS_MD, &error);
-    if (!error.empty()) ADD_FAILURE() << error;
-    return r;
-  }();
-  return rows;
-}
-
-// The message's text checks: the catalogue and no repeated prefix.
-void expect_catalogued(const std::string& msg, const std::string& what) {
-  EXPECT_EQ(catalogue_mismatch(catalogue(), msg), "") << what;
-  EXPECT_EQ(repeated_prefix(msg), "") << what << ": " << msg;
-}
-
-// Every rank's message, through an allgather (also proves that the runtime still works).
-std::vector<std::string> gather_messages(const std::string& mine, const std::string& name) {
-  std::vector<uint8_t> bytes(mine.begin(), mine.end());
-  bytes.push_back(0);  // separator
-  std::vector<uint8_t> all;
-  try {
-    Watchdog w(name + ".messages", 60);
-    all = hvd::allgather(bytes, name + ".messages");
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "the runtime is not usable after '" << name << "': " << e.what();
-    return {};
-  }
-  std::vector<std::string> out(1);
-  for (uint8_t b : all) {
-    if (b == 0)
-      out.emplace_back();
-    else
-      out.back() += static_cast<char>(b);
-  }
-  out.pop_back();
-  return out;
-}
-
-// A plain allreduce that must succeed.
-void expect_still_usable(const std::string& after) {
-  std::vector<int32_t> v = {hvd::rank(), 1};
-  const std::string name = after + ".then_ok";
-  try {
-    Watchdog w(name, 60);
-    hvd::allreduce(v, name, ReduceOp::kSum);
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "the runtime is not usable after '" << after << "': " << e.what();
-    return;
-  }
-  const int n = hvd::size();
-  EXPECT_EQ(v, (std::vector<int32_t>{n * (n - 1) / 2, n})) << "after " << after;
-}
 
 // Runs op(bad) on every rank, bad == (rank == bad_rank). Every rank must fail with `expected`
 // (computed for bad_rank) within kSecondsAllowed.
@@ -761,122 +706,6 @@ TEST_F(Validation, EqualPartsThatDoNotDivide) {
                  "no splits were given and the first dimension " + std::to_string(2 * size_ + 1) +
                      " does not divide evenly among " + std::to_string(size_) + " ranks; pass splits."));
   }
-}
-
-// ---- thrown at once, on every rank that passes the same bad name -------------------------------
-
-// Runs op, which must throw InvalidArgumentError at once (not through the handle) with `expected`
-// (the same text on every rank unless it names the rank).
-void expect_at_once(const std::string& what, const std::function<void()>& op, const std::string& expected,
-                    bool same_on_every_rank = true) {
-  std::string msg;
-  try {
-    Watchdog w(what, 30);
-    op();
-    ADD_FAILURE() << what << ": did not throw at once on rank " << hvd::rank();
-  } catch (const hvd::InvalidArgumentError& e) {
-    msg = e.what();
-  }
-  EXPECT_EQ(msg, expected) << what;
-  expect_catalogued(msg, what);
-  const auto all = gather_messages(msg, "v.at_once");
-  if (!same_on_every_rank) return;
-  for (const auto& m : all) EXPECT_EQ(m, msg) << what;
-}
-
-// Calls every entry point (and the vector forms) with `name`; each must throw at once.
-void every_entry_point_rejects(const std::string& name, const std::function<std::string(const char* op)>& expected) {
-  std::vector<float> v(static_cast<size_t>(2 * hvd::size()), 1.0f);
-  TensorRef t(v.data(), DataType::kFloat32, {2 * hvd::size()});
-  expect_at_once("allreduce_async", [&] { hvd::allreduce_async(t, t, name); }, expected("allreduce"));
-  expect_at_once("allreduce (vector)", [&] { hvd::allreduce(v, name); }, expected("allreduce"));
-  expect_at_once("grouped_allreduce_async", [&] { hvd::grouped_allreduce_async({t}, {t}, name); },
-                 expected("grouped_allreduce"));
-  expect_at_once("allgather_async", [&] { hvd::allgather_async(t, name); }, expected("allgather"));
-  expect_at_once("allgather (vector)", [&] { hvd::allgather(v, name); }, expected("allgather"));
-  expect_at_once("broadcast_async", [&] { hvd::broadcast_async(t, 0, name); }, expected("broadcast"));
-  expect_at_once("broadcast (vector)", [&] { hvd::broadcast(v, 0, name); }, expected("broadcast"));
-  expect_at_once("alltoall_async", [&] { hvd::alltoall_async(t, {}, name); }, expected("alltoall"));
-  expect_at_once("alltoall (vector)", [&] { hvd::alltoall(v, {}, name); }, expected("alltoall"));
-  expect_at_once("reducescatter_async", [&] { hvd::reducescatter_async(t, name); }, expected("reducescatter"));
-  expect_at_once("reducescatter (vector)", [&] { hvd::reducescatter(v, name); }, expected("reducescatter"));
-  expect_still_usable("v.bad_name");
-}
-
-TEST_F(Validation, EmptyName) {
-  every_entry_point_rejects("", [](const char* op) {
-    return std::string(op) + " needs a tensor name: every rank must pass the same non-empty name.";
-  });
-}
-
-TEST_F(Validation, NameTooLong) {
-  const std::string name(hvd::kMaxNameBytes + 1, 'n');
-  every_entry_point_rejects(name, [&](const char* op) {
-    return std::string(op) + " of '" + std::string(64, 'n') + "...' failed: the name has 1025 bytes; names may have " +
-           "at most 1024 bytes.";
-  });
-  // The longest name is fine.
-  std::vector<int32_t> v = {1};
-  Watchdog w("v.longest_name");
-  hvd::allreduce(v, std::string(hvd::kMaxNameBytes, 'm'), ReduceOp::kSum);
-  EXPECT_EQ(v[0], size_);
-}
-
-TEST_F(Validation, NameWithNul) {
-  const std::string name("ab\0cd", 5);
-  every_entry_point_rejects(name, [](const char* op) {
-    return std::string(op) + " of 'ab\\0cd' failed: the name has a NUL byte at offset 2; names may not contain NUL bytes.";
-  });
-}
-
-TEST_F(Validation, NameStartingWithNul) {
-  const std::string name("\0", 1);
-  every_entry_point_rejects(name, [](const char* op) {
-    return std::string(op) + " of '\\0' failed: the name has a NUL byte at offset 0; names may not contain NUL bytes.";
-  });
-}
-
-TEST_F(Validation, ReservedName) {
-  for (const std::string name : {"__hvd.barrier", "__hvd.join", "__hvd.shutdown", "__hvd.x"}) {
-    every_entry_point_rejects(name, [&](const char* op) {
-      return std::string(op) + " of '" + name +
-             "' failed: names starting with '__hvd.' are reserved for hvd's own operations; choose another name.";
-    });
-  }
-  // barrier() and join() still work.
-  Watchdog w("v.barrier_after_reserved");
-  hvd::barrier();
-}
-
-TEST_F(Validation, NameAlreadyInFlight) {
-  std::vector<int32_t> a = {1, 2}, b = {3, 4};
-  const std::string name = "v.in_flight";
-  Watchdog w(name, 60);
-  hvd::Handle first = hvd::allreduce_async(std::span<int32_t>(a), name, ReduceOp::kSum);
-  expect_at_once(
-      name, [&] { hvd::allreduce_async(std::span<int32_t>(b), name, ReduceOp::kSum); },
-      "allreduce of '" + name + "' failed: a tensor named '" + name + "' is already in flight on rank " +
-          std::to_string(rank_) + ". Wait for its handle before reusing the name, or give each tensor a unique name.",
-      /*same_on_every_rank=*/false);
-  EXPECT_TRUE(wait_ok(first, name));
-  EXPECT_EQ(a, (std::vector<int32_t>{size_, 2 * size_}));
-}
-
-TEST_F(Validation, EmptyGroupWithOutputs) {
-  std::vector<float> v(4, 1.0f);
-  expect_at_once(
-      "v.empty_group", [&] { hvd::grouped_allreduce_async({}, {TensorRef(v.data(), DataType::kFloat32, {4})}, "v.empty_group"); },
-      "grouped_allreduce of 'v.empty_group' failed: 0 inputs but 1 outputs; pass one output per input.");
-  // An empty group without outputs is complete at once.
-  hvd::Handle h = hvd::grouped_allreduce_async({}, {}, "v.empty_group");
-  EXPECT_TRUE(h.ready());
-  EXPECT_TRUE(wait_ok(h, "v.empty_group"));
-}
-
-TEST_F(Validation, EmptyHandle) {
-  expect_at_once(
-      "v.empty_handle", [] { hvd::Handle().wait(); },
-      "this hvd::Handle is empty: it was default-constructed, not returned by a collective.");
 }
 
 }  // namespace

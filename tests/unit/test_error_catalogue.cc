@@ -11,22 +11,12 @@
 
 #include "cluster/gpu_assignment.h"
 #include "hvd/error.h"
-#include "tests/unit/error_catalogue.h"
+#include "tests/unit/error_catalogue_gtest.h"
 
 namespace hvdtest {
 namespace {
 
 using hvd::Device;
-
-const std::vector<CatalogueRow>& catalogue() {
-  static const std::vector<CatalogueRow> rows = [] {
-    std::string error;
-    auto r = load_catalogue(HVD_ERRORS_MD, &error);
-    if (!error.empty()) ADD_FAILURE() << error;
-    return r;
-  }();
-  return rows;
-}
 
 // How the runtime reports a rank's own bad argument: rank 0 prefixes the reason (api.cc puts it in
 // the request's error field; runtime/controller.cc, build_response()).
