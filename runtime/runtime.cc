@@ -57,14 +57,19 @@ std::string names_of(const Response& r) {
 
 // Test hook: HVD_TEST_PAUSE_BACKGROUND=RANK:SECONDS:CYCLE makes that rank's background thread sleep
 // once, before that cycle: a rank that is alive (its watchdog answers) but silent in the
-// negotiation, as on an overloaded node (tests/mpi/test_slow_rank.sh). Returns seconds, or 0.
-double pause_for_test(int rank, long cycle) {
+// negotiation, as on an overloaded node (tests/mpi/test_slow_rank.sh). Read once, before the loop.
+struct TestPause {
+  long cycle = -1;  // -1: none for this rank
+  double seconds = 0;
+};
+
+TestPause test_pause_from_env(int rank) {
   const char* v = std::getenv("HVD_TEST_PAUSE_BACKGROUND");
   int r = -1;
-  double seconds = 0;
+  TestPause p;
   long at = 0;
-  if (!v || std::sscanf(v, "%d:%lf:%ld", &r, &seconds, &at) != 3 || r != rank || at != cycle) return 0;
-  return seconds;
+  if (v && std::sscanf(v, "%d:%lf:%ld", &r, &p.seconds, &at) == 3 && r == rank && p.seconds > 0) p.cycle = at;
+  return p;
 }
 
 int fake_local_size_from_env() {
@@ -383,10 +388,10 @@ Handle Runtime::enqueue(std::vector<TensorTableEntry> entries, std::vector<Reque
 void Runtime::loop() {
   using clock = std::chrono::steady_clock;
   const auto cycle = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  const TestPause pause = test_pause_from_env(mpi_->topology().rank);
   try {
     for (long cycles = 0;; ++cycles) {
-      if (double pause = pause_for_test(mpi_->topology().rank, cycles); pause > 0)
-        std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+      if (cycles == pause.cycle) std::this_thread::sleep_for(std::chrono::duration<double>(pause.seconds));
       auto start = clock::now();
       bool shutdown = false;
       std::vector<Response> responses = controller_->cycle(shutdown_requested_.load(), &shutdown);
