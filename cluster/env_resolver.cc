@@ -61,9 +61,8 @@ void check_ranges(const Placement& p, const std::string& rank_var, const std::st
     inconsistent(p.source, rank_var + "=" + std::to_string(p.rank) + " is not below " + size_var +
                                "=" + std::to_string(p.size));
   if (p.local_rank >= p.local_size)
-    inconsistent(p.source, local_rank_var + "=" + std::to_string(p.local_rank) +
-                               " is not below " + local_size_var + "=" +
-                               std::to_string(p.local_size));
+    inconsistent(p.source, local_rank_var + "=" + std::to_string(p.local_rank) + " is not below " +
+                               local_size_var + "=" + std::to_string(p.local_size));
   if (p.local_size > p.size)
     inconsistent(p.source, local_size_var + "=" + std::to_string(p.local_size) + " exceeds " +
                                size_var + "=" + std::to_string(p.size));
@@ -111,16 +110,18 @@ std::optional<Placement> resolve_slurm(const EnvLookup& env) {
   std::vector<int> tasks;
   if (nodelist) p.nodes = hostlist_of(*nodelist);
   if (tasks_var) tasks = task_counts_of(*tasks_var);
-  bool same_level = nodelist && tasks_var &&
-                    (nodelist->name == "SLURM_STEP_NODELIST") ==
-                        (tasks_var->name == "SLURM_STEP_TASKS_PER_NODE");
+  bool same_level =
+      nodelist && tasks_var &&
+      (nodelist->name == "SLURM_STEP_NODELIST") == (tasks_var->name == "SLURM_STEP_TASKS_PER_NODE");
   if (same_level && p.nodes.size() != tasks.size())
     inconsistent(p.source, nodelist->name + "='" + nodelist->value + "' names " +
                                std::to_string(p.nodes.size()) + " nodes but " + tasks_var->name +
-                               "='" + tasks_var->value + "' gives " +
-                               std::to_string(tasks.size()) + " task counts");
-  if (nodelist) p.cross_size = static_cast<int>(p.nodes.size());
-  else if (tasks_var) p.cross_size = static_cast<int>(tasks.size());
+                               "='" + tasks_var->value + "' gives " + std::to_string(tasks.size()) +
+                               " task counts");
+  if (nodelist)
+    p.cross_size = static_cast<int>(p.nodes.size());
+  else if (tasks_var)
+    p.cross_size = static_cast<int>(tasks.size());
 
   p.cross_rank = read_opt_int(env, {"SLURM_NODEID"}, 0);
   if (p.cross_rank && p.cross_size && *p.cross_rank >= *p.cross_size)
@@ -208,8 +209,8 @@ std::optional<std::vector<HostSlots>> slurm_allocation(const EnvLookup& env) {
   return hosts;
 }
 
-std::string describe_mismatch(const Placement& env, int mpi_rank, int mpi_size,
-                              int mpi_local_rank, int mpi_local_size) {
+std::string describe_mismatch(const Placement& env, int mpi_rank, int mpi_size, int mpi_local_rank,
+                              int mpi_local_size) {
   std::string diffs;
   auto cmp = [&](const char* what, int from_env, int from_mpi) {
     if (from_env == from_mpi) return;

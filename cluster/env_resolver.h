@@ -34,7 +34,7 @@
 namespace hvd::cluster {
 
 struct Placement {
-  std::string source;        // "Open MPI", "MPICH/PMI" or "SLURM"
+  std::string source;  // "Open MPI", "MPICH/PMI" or "SLURM"
   int rank = 0;
   int size = 1;
   int local_rank = 0;
@@ -60,8 +60,8 @@ std::optional<std::vector<HostSlots>> slurm_allocation(const EnvLookup& env);
 
 // Compares a resolved placement with MPI's view of this process. Returns "" when they agree,
 // otherwise one sentence naming the source, each differing quantity with both values, and a hint.
-std::string describe_mismatch(const Placement& env, int mpi_rank, int mpi_size,
-                              int mpi_local_rank, int mpi_local_size);
+std::string describe_mismatch(const Placement& env, int mpi_rank, int mpi_size, int mpi_local_rank,
+                              int mpi_local_size);
 
 // "SLURM: rank 3/8, local 1/2, node 1/4 (n01,n02,n03,n04)" for logs.
 std::string to_string(const Placement& p);

@@ -29,17 +29,20 @@ std::string get(const EnvLookup& env, const char* name) {
 }  // namespace
 
 GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env) {
-  if (in.local_rank < 0 || in.local_size < 1 || in.local_rank >= in.local_size || in.visible_devices < 0)
-    throw InvalidArgumentError("GPU assignment failed: local rank " + std::to_string(in.local_rank) + " of " +
-                               std::to_string(in.local_size) + " with " + std::to_string(in.visible_devices) +
-                               " visible devices is not a valid placement (need 0 <= local_rank < local_size and "
-                               "a count >= 0). This is a bug in the caller; please report it.");
+  if (in.local_rank < 0 || in.local_size < 1 || in.local_rank >= in.local_size ||
+      in.visible_devices < 0)
+    throw InvalidArgumentError(
+        "GPU assignment failed: local rank " + std::to_string(in.local_rank) + " of " +
+        std::to_string(in.local_size) + " with " + std::to_string(in.visible_devices) +
+        " visible devices is not a valid placement (need 0 <= local_rank < local_size and "
+        "a count >= 0). This is a bug in the caller; please report it.");
   GpuAssignment a;
   a.visible_devices = in.visible_devices;
   const auto cvd = env("CUDA_VISIBLE_DEVICES");
-  const std::string slurm_gpus = !get(env, "SLURM_STEP_GPUS").empty() ? "SLURM_STEP_GPUS=" + get(env, "SLURM_STEP_GPUS")
-                                 : !get(env, "SLURM_JOB_GPUS").empty() ? "SLURM_JOB_GPUS=" + get(env, "SLURM_JOB_GPUS")
-                                                                        : std::string();
+  const std::string slurm_gpus =
+      !get(env, "SLURM_STEP_GPUS").empty()  ? "SLURM_STEP_GPUS=" + get(env, "SLURM_STEP_GPUS")
+      : !get(env, "SLURM_JOB_GPUS").empty() ? "SLURM_JOB_GPUS=" + get(env, "SLURM_JOB_GPUS")
+                                            : std::string();
   if (cvd) {
     a.visible_source = "CUDA_VISIBLE_DEVICES=" + *cvd;
   } else if (!slurm_gpus.empty()) {
@@ -51,7 +54,8 @@ GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env) {
   std::ostringstream note;
   if (in.visible_devices == 0) {
     note << "no CUDA device is visible to this process (" << a.visible_source
-         << "); CPU tensors work, CUDA tensors fail. Run on a node with GPUs, or check CUDA_VISIBLE_DEVICES and "
+         << "); CPU tensors work, CUDA tensors fail. Run on a node with GPUs, or check "
+            "CUDA_VISIBLE_DEVICES and "
             "the job's GPU request (e.g. srun --gpus-per-task=1).";
     a.note = note.str();
     return a;
@@ -60,14 +64,18 @@ GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env) {
   a.shared = in.local_size > in.visible_devices;
   if (a.shared) {
     note << in.local_size << " ranks on this node share " << in.visible_devices
-         << " visible device(s), so several ranks use one GPU. NCCL cannot run two ranks on one GPU: set "
+         << " visible device(s), so several ranks use one GPU. NCCL cannot run two ranks on one "
+            "GPU: set "
             "HVD_GPU_OPERATIONS=MPI (host staging), or start one rank per GPU.";
   } else if (cvd && count_entries(*cvd) > 0 && count_entries(*cvd) != in.visible_devices) {
-    note << "CUDA_VISIBLE_DEVICES=" << *cvd << " lists " << count_entries(*cvd) << " device(s) but CUDA sees "
-         << in.visible_devices << " (CUDA stops at the first entry that names no device); check the list.";
+    note << "CUDA_VISIBLE_DEVICES=" << *cvd << " lists " << count_entries(*cvd)
+         << " device(s) but CUDA sees " << in.visible_devices
+         << " (CUDA stops at the first entry that names no device); check the list.";
   } else if (!cvd && !slurm_gpus.empty()) {
-    note << "SLURM allocated GPUs (" << slurm_gpus << ") but CUDA_VISIBLE_DEVICES is unset, so every device of the "
-         << "node is visible and this process may use one outside its allocation; request GPUs with --gres/--gpus "
+    note << "SLURM allocated GPUs (" << slurm_gpus
+         << ") but CUDA_VISIBLE_DEVICES is unset, so every device of the "
+         << "node is visible and this process may use one outside its allocation; request GPUs "
+            "with --gres/--gpus "
             "so that SLURM sets CUDA_VISIBLE_DEVICES.";
   }
   a.note = note.str();
@@ -76,10 +84,13 @@ GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env) {
 
 std::string cuda_tensor_problem(const GpuAssignment& a, const Device& device) {
   if (device.kind != Device::kCUDA) return "";
-  if (a.device < 0) return "the tensor is on " + name_of(device) + " but this process has no CUDA device: " + a.note;
+  if (a.device < 0)
+    return "the tensor is on " + name_of(device) +
+           " but this process has no CUDA device: " + a.note;
   if (device.index != a.device)
-    return "the tensor is on " + name_of(device) + " but this process was given " + name_of(Device::cuda(a.device)) +
-           " (local rank modulo the " + std::to_string(a.visible_devices) + " visible device(s), " + a.visible_source +
+    return "the tensor is on " + name_of(device) + " but this process was given " +
+           name_of(Device::cuda(a.device)) + " (local rank modulo the " +
+           std::to_string(a.visible_devices) + " visible device(s), " + a.visible_source +
            "). Allocate the tensor on cuda:" + std::to_string(a.device) +
            " (hvd::local_rank() % device count), or pass a CPU tensor.";
   return "";
@@ -92,9 +103,9 @@ void check_cuda_tensor(const GpuAssignment& a, const Device& device, const std::
 
 std::string to_string(const GpuAssignment& a, const GpuAssignmentInput& in) {
   std::ostringstream s;
-  s << (a.device < 0 ? std::string("no device") : name_of(Device::cuda(a.device))) << " (local rank "
-    << in.local_rank << " of " << in.local_size << ", " << a.visible_devices << " visible device(s), "
-    << a.visible_source << ")";
+  s << (a.device < 0 ? std::string("no device") : name_of(Device::cuda(a.device)))
+    << " (local rank " << in.local_rank << " of " << in.local_size << ", " << a.visible_devices
+    << " visible device(s), " << a.visible_source << ")";
   if (!a.note.empty()) s << ": " << a.note;
   return s.str();
 }

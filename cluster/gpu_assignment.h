@@ -27,11 +27,11 @@ struct GpuAssignmentInput {
 };
 
 struct GpuAssignment {
-  int device = -1;              // CUDA device index to use, -1 when none is visible
+  int device = -1;  // CUDA device index to use, -1 when none is visible
   int visible_devices = 0;
-  bool shared = false;          // more local ranks than visible devices: several ranks per GPU
-  std::string visible_source;   // "CUDA_VISIBLE_DEVICES=2,3", "SLURM_STEP_GPUS=2,3" or "all devices"
-  std::string note;             // why there is no device, or why sharing one needs care; "" if fine
+  bool shared = false;         // more local ranks than visible devices: several ranks per GPU
+  std::string visible_source;  // "CUDA_VISIBLE_DEVICES=2,3", "SLURM_STEP_GPUS=2,3" or "all devices"
+  std::string note;            // why there is no device, or why sharing one needs care; "" if fine
 };
 
 // Picks the device: local_rank % visible_devices (-1 with a note when none is visible). Reads

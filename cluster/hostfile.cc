@@ -72,8 +72,8 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
       }
     }
     if (max_slots >= 0 && max_slots < hs.slots)
-      fail("max_slots=" + std::to_string(max_slots) + " is less than slots=" +
-           std::to_string(hs.slots));
+      fail("max_slots=" + std::to_string(max_slots) +
+           " is less than slots=" + std::to_string(hs.slots));
     if (!seen_hosts.insert(hs.host).second)
       fail("host '" + hs.host + "' is listed twice; give it one line with the total slots");
     hosts.push_back(std::move(hs));
@@ -104,7 +104,8 @@ std::vector<HostSlots> parse_host_spec(const std::string& spec) {
   size_t pos = 0;
   while (true) {
     size_t comma = spec.find(',', pos);
-    std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
     item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
     if (item.empty()) fail("empty entry at position " + std::to_string(pos));
@@ -113,7 +114,8 @@ std::vector<HostSlots> parse_host_spec(const std::string& spec) {
       hs.host = item.substr(0, colon);
       std::string value = item.substr(colon + 1);
       hs.slots = parse_slots(value);
-      if (hs.slots < 0) fail("slots '" + value + "' of host '" + hs.host + "' is not a positive integer");
+      if (hs.slots < 0)
+        fail("slots '" + value + "' of host '" + hs.host + "' is not a positive integer");
     }
     if (hs.host.empty()) fail("missing host name in '" + item + "'");
     if (hs.host.find_first_of(" \t") != std::string::npos)

@@ -141,7 +141,8 @@ std::vector<std::string> expand_hostlist(const std::string& hostlist) {
       chars += name.size();
       if (chars > kMaxExpandedChars)
         fail(what, hostlist, entry_start,
-             "expands to more than " + std::to_string(kMaxExpandedChars >> 20) + " MiB of host names");
+             "expands to more than " + std::to_string(kMaxExpandedChars >> 20) +
+                 " MiB of host names");
       hosts.push_back(std::move(name));
       for (size_t p = parts.size(); p-- > 0;) {
         if (++idx[p] < parts[p].size()) break;

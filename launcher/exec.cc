@@ -21,7 +21,7 @@ namespace hvd::launcher {
 namespace {
 
 bool is_executable_file(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
 }
 
@@ -39,7 +39,8 @@ std::optional<std::string> find_executable(const std::string& name, const std::s
   size_t pos = 0;
   while (true) {
     size_t colon = path_var.find(':', pos);
-    std::string dir = path_var.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+    std::string dir =
+        path_var.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
     std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
     if (is_executable_file(candidate)) return candidate;
     if (colon == std::string::npos) return std::nullopt;
@@ -53,8 +54,9 @@ bool all_hosts_local(const std::vector<cluster::HostSlots>& hosts) {
   std::string me_short = me.substr(0, me.find('.'));
   for (const auto& h : hosts) {
     std::string n = lower(h.host);
-    bool local = n == "localhost" || n == "::1" || n.rfind("127.", 0) == 0 ||
-                 (!me.empty() && (n == me || n == me_short || n.substr(0, n.find('.')) == me_short));
+    bool local =
+        n == "localhost" || n == "::1" || n.rfind("127.", 0) == 0 ||
+        (!me.empty() && (n == me || n == me_short || n.substr(0, n.find('.')) == me_short));
     if (!local) return false;
   }
   return true;
@@ -103,7 +105,8 @@ std::atomic<pid_t> g_child{0};
 // (mpirun takes a second SIGINT as "terminate forcibly").
 void forward_signal(int sig, siginfo_t* info, void*) {
   pid_t child = g_child.load();
-  if (child > 0 && (info == nullptr || info->si_code == SI_USER || info->si_code == SI_QUEUE)) ::kill(child, sig);
+  if (child > 0 && (info == nullptr || info->si_code == SI_USER || info->si_code == SI_QUEUE))
+    ::kill(child, sig);
 }
 
 // The descendants of `root` (children first found, then theirs), from /proc.
@@ -177,16 +180,18 @@ int supervise_plan(const LaunchPlan& plan, int abort_grace_seconds) {
     ::close(execfail[0]);
     ::close(errpipe[0]);
     ::waitpid(pid, nullptr, 0);
-    std::fprintf(stderr, "hvdrun: cannot run '%s': %s\n", plan.argv[0].c_str(), std::strerror(exec_err));
+    std::fprintf(stderr, "hvdrun: cannot run '%s': %s\n", plan.argv[0].c_str(),
+                 std::strerror(exec_err));
     return exec_err == ENOENT ? 127 : 126;
   }
   ::close(execfail[0]);
 
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_sigaction = forward_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
+    ::sigaction(sig, &sa, nullptr);
 
   // Copy mpirun's stderr through as it comes; watch it for the notice that the job is being
   // aborted. Open MPI's abort waits for every node's daemon to confirm: a daemon behind a dead
@@ -237,13 +242,14 @@ int supervise_plan(const LaunchPlan& plan, int abort_grace_seconds) {
       return 1;
     }
     if (aborting && Clock::now() > deadline) {
-      std::fprintf(stderr,
-                   "hvdrun: error: mpirun has been aborting the job for %d s without finishing: a node it "
-                   "started ranks on no longer answers (its host or network link failed; the ranks' errors "
-                   "above name the lost ranks). Ending mpirun; ranks on that node end when their daemon "
-                   "loses mpirun. Check that node, then rerun without it (-H/--hostfile) or resume from the "
-                   "last checkpoint.\n",
-                   abort_grace_seconds);
+      std::fprintf(
+          stderr,
+          "hvdrun: error: mpirun has been aborting the job for %d s without finishing: a node it "
+          "started ranks on no longer answers (its host or network link failed; the ranks' errors "
+          "above name the lost ranks). Ending mpirun; ranks on that node end when their daemon "
+          "loses mpirun. Check that node, then rerun without it (-H/--hostfile) or resume from the "
+          "last checkpoint.\n",
+          abort_grace_seconds);
       // mpirun's own children (the ranks on this node, helpers) would be left orphaned: end them too.
       ::kill(pid, SIGSTOP);
       for (pid_t d : descendants(pid)) ::kill(d, SIGKILL);

@@ -67,8 +67,8 @@ EnvVars tuning_variables(const EnvVars& tuning) {
         break;
       case ConfigType::kInt:
         if (scale == 1) {
-          result = std::to_string(parse_int(flag, value, static_cast<int64_t>(v->min),
-                                            static_cast<int64_t>(v->max)));
+          result = std::to_string(
+              parse_int(flag, value, static_cast<int64_t>(v->min), static_cast<int64_t>(v->max)));
         } else {
           double x = parse_double(flag, value, v->min / scale, v->max / scale);
           result = std::to_string(static_cast<int64_t>(std::llround(x * scale)));
@@ -98,7 +98,8 @@ LaunchPlan build_launch_plan(const LaunchOptions& o, const LaunchEnvironment& en
         "no program given: put it after the options, e.g. 'hvdrun -np 4 ./train --epochs 3' "
         "(use '--' before it if it starts with '-').");
   if (o.launcher != "mpirun" && o.launcher != "srun")
-    throw InvalidArgumentError("--launcher='" + o.launcher + "' is not valid: expected mpirun or srun.");
+    throw InvalidArgumentError("--launcher='" + o.launcher +
+                               "' is not valid: expected mpirun or srun.");
 
   std::optional<int> np;
   if (o.num_proc) np = static_cast<int>(parse_int("-np", *o.num_proc, 1, 1 << 24));
@@ -143,7 +144,8 @@ LaunchPlan build_launch_plan(const LaunchOptions& o, const LaunchEnvironment& en
     std::string alias = alias_of(set_vars[i].first);
     if (caller_names.count(alias)) set_vars.emplace_back(alias, set_vars[i].second);
   }
-  if (!o.network_interface.empty()) set_vars.emplace_back("NCCL_SOCKET_IFNAME", o.network_interface);
+  if (!o.network_interface.empty())
+    set_vars.emplace_back("NCCL_SOCKET_IFNAME", o.network_interface);
   std::set<std::string> set_names;
   for (const auto& kv : set_vars) set_names.insert(kv.first);
   std::vector<std::string> forwarded;
@@ -204,8 +206,10 @@ std::string shell_quote(const std::string& word) {
     return word;
   std::string out = "'";
   for (char c : word) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   return out + "'";
 }

@@ -35,24 +35,24 @@ using EnvVars = std::vector<std::pair<std::string, std::string>>;
 
 // What the user asked for on the command line (options.cc fills it).
 struct LaunchOptions {
-  std::optional<std::string> num_proc;   // -np, validated by the plan
-  std::string hosts;                     // -H a:2,b:4
-  std::string hostfile;                  // --hostfile PATH
-  std::string launcher = "mpirun";       // mpirun | srun
-  std::string mpi_args;                  // --mpi-args "...", split like a shell would
-  std::string network_interface;         // --network-interface IF
+  std::optional<std::string> num_proc;  // -np, validated by the plan
+  std::string hosts;                    // -H a:2,b:4
+  std::string hostfile;                 // --hostfile PATH
+  std::string launcher = "mpirun";      // mpirun | srun
+  std::string mpi_args;                 // --mpi-args "...", split like a shell would
+  std::string network_interface;        // --network-interface IF
   bool oversubscribe = false;
   // Tuning flags as given: registry variable name ("HVD_CYCLE_TIME") -> flag value ("1" for a
   // bool flag). Validated and scaled by the plan.
   EnvVars tuning;
-  std::vector<std::string> command;      // the program and its arguments
+  std::vector<std::string> command;  // the program and its arguments
 };
 
 // The caller's world, passed in so that tests can fake it.
 struct LaunchEnvironment {
-  EnvLookup lookup;            // single variables: HVD_MPIRUN, SLURM_*
-  EnvVars variables;           // the whole environment, for forwarding NCCL_*/HVD_*/HOROVOD_*
-  bool is_root = false;        // geteuid() == 0
+  EnvLookup lookup;      // single variables: HVD_MPIRUN, SLURM_*
+  EnvVars variables;     // the whole environment, for forwarding NCCL_*/HVD_*/HOROVOD_*
+  bool is_root = false;  // geteuid() == 0
 };
 
 struct LaunchPlan {
@@ -61,7 +61,7 @@ struct LaunchPlan {
   std::vector<cluster::HostSlots> hosts;  // where ranks go
   std::string hosts_from;                 // "-H", "--hostfile", "SLURM allocation", "localhost"
   int num_proc = 0;
-  size_t command_index = 0;               // argv[command_index] is the user's program
+  size_t command_index = 0;  // argv[command_index] is the user's program
 };
 
 LaunchPlan build_launch_plan(const LaunchOptions& options, const LaunchEnvironment& env);

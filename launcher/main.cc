@@ -37,7 +37,8 @@ EnvVars current_environment() {
 void print_check_build() {
   auto mark = [](bool on) { return on ? "[X]" : "[ ]"; };
   auto version = [](bool on, const char* v) {
-    return on ? (*v ? std::string(v) : std::string("version unknown")) : std::string("not built in");
+    return on ? (*v ? std::string(v) : std::string("version unknown"))
+              : std::string("not built in");
   };
   std::string mpi = HVD_MPI_LIBRARY_VERSION_STRING;
   if (auto nl = mpi.find('\n'); nl != std::string::npos) mpi.erase(nl);
@@ -46,10 +47,13 @@ void print_check_build() {
             << "    [X] MPI     " << (mpi.empty() ? "version unknown" : mpi) << "\n\n"
             << "Available tensor operations:\n"
             << "    [X] MPI     CPU tensors (and GPU tensors staged through host memory)\n"
-            << "    " << mark(HVD_HAVE_NCCL) << " NCCL    " << version(HVD_HAVE_NCCL, HVD_NCCL_VERSION_STRING) << "\n\n"
+            << "    " << mark(HVD_HAVE_NCCL) << " NCCL    "
+            << version(HVD_HAVE_NCCL, HVD_NCCL_VERSION_STRING) << "\n\n"
             << "Available GPU libraries:\n"
-            << "    " << mark(HVD_HAVE_CUDA) << " CUDA    " << version(HVD_HAVE_CUDA, HVD_CUDA_VERSION_STRING) << "\n"
-            << "    " << mark(HVD_HAVE_CUDNN) << " cuDNN   " << version(HVD_HAVE_CUDNN, HVD_CUDNN_VERSION_STRING) << "\n";
+            << "    " << mark(HVD_HAVE_CUDA) << " CUDA    "
+            << version(HVD_HAVE_CUDA, HVD_CUDA_VERSION_STRING) << "\n"
+            << "    " << mark(HVD_HAVE_CUDNN) << " cuDNN   "
+            << version(HVD_HAVE_CUDNN, HVD_CUDNN_VERSION_STRING) << "\n";
 }
 
 }  // namespace

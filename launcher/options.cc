@@ -36,42 +36,41 @@ Group group_of(const std::string& flag) {
 
 struct Descriptions {
   std::unique_ptr<po::options_description> groups[kGroupCount];
-  std::string captions[kGroupCount] = {"General arguments",   "Host arguments",
-                                       "Tuneable parameter arguments", "Timeline arguments",
-                                       "Stall check arguments",        "Logging arguments",
-                                       "Launcher and MPI arguments"};
+  std::string captions[kGroupCount] = {
+      "General arguments",         "Host arguments",        "Tuneable parameter arguments",
+      "Timeline arguments",        "Stall check arguments", "Logging arguments",
+      "Launcher and MPI arguments"};
   po::options_description all{"hvdrun options"};
 
   Descriptions() {
     for (int g = 0; g < kGroupCount; ++g)
       groups[g] = std::make_unique<po::options_description>(captions[g]);
-    groups[kGeneral]->add_options()
-        ("help,h", po::bool_switch(), "Show this help and exit.")
-        ("version,v", po::bool_switch(), "Print hvdrun's version and exit.")
-        ("np,num-proc", po::value<std::string>()->value_name("N"),
-         "Number of processes (ranks) to start. Default: the total slots of the hosts.")
-        ("check-build", po::bool_switch(),
-         "Print the backends and library versions hvd was built with, and exit.")
-        ("dry-run", po::bool_switch(),
-         "Print the exact command (and the environment it sets) instead of running it.")
-        ("verbose", po::bool_switch(), "Print the command to stderr before running it.")
-        ("network-interface", po::value<std::string>()->value_name("IF"),
-         "Network interface for MPI and NCCL traffic (e.g. eth0): sets btl_tcp_if_include, "
-         "oob_tcp_if_include and NCCL_SOCKET_IFNAME.");
-    groups[kHosts]->add_options()
-        ("hosts,H", po::value<std::string>()->value_name("HOST:SLOTS,..."),
-         "Hosts and their slots, e.g. 'node1:4,node2:4' (a host without ':N' has 1 slot). "
-         "Default: --hostfile, else the SLURM allocation, else localhost with -np slots.")
-        ("hostfile", po::value<std::string>()->value_name("PATH"),
-         "File with one 'HOST slots=N' per line ('#' comments).");
-    groups[kLauncher]->add_options()
-        ("launcher", po::value<std::string>()->value_name("mpirun|srun")->default_value("mpirun"),
-         "Start ranks with mpirun (Open MPI; HVD_MPIRUN overrides the binary) or with "
-         "'srun --mpi=pmix' inside a SLURM allocation.")
-        ("mpi-args", po::value<std::string>()->value_name("\"ARGS\""),
-         "Extra arguments for mpirun/srun, split like a shell does (quotes respected).")
-        ("oversubscribe", po::bool_switch(),
-         "Allow more ranks than slots (mpirun --oversubscribe, srun --overcommit).");
+    groups[kGeneral]->add_options()("help,h", po::bool_switch(), "Show this help and exit.")(
+        "version,v", po::bool_switch(), "Print hvdrun's version and exit.")(
+        "np,num-proc", po::value<std::string>()->value_name("N"),
+        "Number of processes (ranks) to start. Default: the total slots of the hosts.")(
+        "check-build", po::bool_switch(),
+        "Print the backends and library versions hvd was built with, and exit.")(
+        "dry-run", po::bool_switch(),
+        "Print the exact command (and the environment it sets) instead of running it.")(
+        "verbose", po::bool_switch(), "Print the command to stderr before running it.")(
+        "network-interface", po::value<std::string>()->value_name("IF"),
+        "Network interface for MPI and NCCL traffic (e.g. eth0): sets btl_tcp_if_include, "
+        "oob_tcp_if_include and NCCL_SOCKET_IFNAME.");
+    groups[kHosts]->add_options()(
+        "hosts,H", po::value<std::string>()->value_name("HOST:SLOTS,..."),
+        "Hosts and their slots, e.g. 'node1:4,node2:4' (a host without ':N' has 1 slot). "
+        "Default: --hostfile, else the SLURM allocation, else localhost with -np slots.")(
+        "hostfile", po::value<std::string>()->value_name("PATH"),
+        "File with one 'HOST slots=N' per line ('#' comments).");
+    groups[kLauncher]->add_options()(
+        "launcher", po::value<std::string>()->value_name("mpirun|srun")->default_value("mpirun"),
+        "Start ranks with mpirun (Open MPI; HVD_MPIRUN overrides the binary) or with "
+        "'srun --mpi=pmix' inside a SLURM allocation.")(
+        "mpi-args", po::value<std::string>()->value_name("\"ARGS\""),
+        "Extra arguments for mpirun/srun, split like a shell does (quotes respected).")(
+        "oversubscribe", po::bool_switch(),
+        "Allow more ranks than slots (mpirun --oversubscribe, srun --overcommit).");
 
     for (const ConfigVar& v : config_registry()) {
       if (*v.launcher_flag == '\0') continue;
@@ -85,8 +84,8 @@ struct Descriptions {
         const char* value_name = v.type == ConfigType::kEnum     ? "CHOICE"
                                  : v.type == ConfigType::kString ? "VALUE"
                                                                  : "N";
-        group.add_options()(v.launcher_flag,
-                            po::value<std::string>()->value_name(value_name), doc.c_str());
+        group.add_options()(v.launcher_flag, po::value<std::string>()->value_name(value_name),
+                            doc.c_str());
       }
     }
     for (auto& g : groups) all.add(*g);
@@ -136,8 +135,10 @@ std::string format_option(const po::option_description& od) {
   if (std::string param = od.format_parameter(); !param.empty()) names += " " + param;
 
   std::string out = "  " + names;
-  if (out.size() + 1 >= kHelpColumn) out += "\n" + std::string(kHelpColumn, ' ');
-  else out += std::string(kHelpColumn - out.size(), ' ');
+  if (out.size() + 1 >= kHelpColumn)
+    out += "\n" + std::string(kHelpColumn, ' ');
+  else
+    out += std::string(kHelpColumn - out.size(), ' ');
   size_t col = kHelpColumn;
   std::istringstream words(od.description());
   bool first = true;
@@ -161,8 +162,8 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   Descriptions d;
   bool after_dashes = false;
   size_t start = program_start(d.all, args, after_dashes);
-  std::vector<std::string> ours(args.begin(),
-                                args.begin() + static_cast<std::ptrdiff_t>(after_dashes ? start - 1 : start));
+  std::vector<std::string> ours(
+      args.begin(), args.begin() + static_cast<std::ptrdiff_t>(after_dashes ? start - 1 : start));
   CommandLine cl;
   cl.launch.command.assign(args.begin() + static_cast<std::ptrdiff_t>(start), args.end());
 

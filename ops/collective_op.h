@@ -27,8 +27,8 @@ const char* collective_name(CollectiveType t);
 
 struct OpEntry {
   std::string name;
-  TensorRef input;              // allreduce/allgather/alltoall/reducescatter: what this rank sends
-  TensorRef output;             // allreduce: where the result goes (may equal input); broadcast: in/out
+  TensorRef input;   // allreduce/allgather/alltoall/reducescatter: what this rank sends
+  TensorRef output;  // allreduce: where the result goes (may equal input); broadcast: in/out
   Tensor* result = nullptr;     // allgather/alltoall/reducescatter: the op allocates and fills it
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
   std::vector<int64_t>* received_splits = nullptr;  // alltoall: rows received from each rank

@@ -30,13 +30,17 @@ constexpr std::size_t kBlock = 16;
 std::size_t element_size(DataType dtype) {
   switch (dtype) {
     case DataType::kUInt8:
-    case DataType::kInt8: return 1;
+    case DataType::kInt8:
+      return 1;
     case DataType::kFloat16:
-    case DataType::kBFloat16: return 2;
+    case DataType::kBFloat16:
+      return 2;
     case DataType::kInt32:
-    case DataType::kFloat32: return 4;
+    case DataType::kFloat32:
+      return 4;
     case DataType::kInt64:
-    case DataType::kFloat64: return 8;
+    case DataType::kFloat64:
+      return 8;
   }
   return 1;
 }
@@ -68,31 +72,43 @@ inline T wrap_mul(T a, T b) {
 // Floating min/max propagate NaN (a NaN gradient on any rank stays visible), like torch.minimum.
 template <class T>
 inline T min_of(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) return (b < a || b != b) ? b : a;
-  else return b < a ? b : a;
+  if constexpr (std::is_floating_point_v<T>)
+    return (b < a || b != b) ? b : a;
+  else
+    return b < a ? b : a;
 }
 
 template <class T>
 inline T max_of(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) return (b > a || b != b) ? b : a;
-  else return b > a ? b : a;
+  if constexpr (std::is_floating_point_v<T>)
+    return (b > a || b != b) ? b : a;
+  else
+    return b > a ? b : a;
 }
 
 struct SumFn {
   template <class T>
-  T operator()(T a, T b) const { return wrap_add(a, b); }
+  T operator()(T a, T b) const {
+    return wrap_add(a, b);
+  }
 };
 struct ProductFn {
   template <class T>
-  T operator()(T a, T b) const { return wrap_mul(a, b); }
+  T operator()(T a, T b) const {
+    return wrap_mul(a, b);
+  }
 };
 struct MinFn {
   template <class T>
-  T operator()(T a, T b) const { return min_of(a, b); }
+  T operator()(T a, T b) const {
+    return min_of(a, b);
+  }
 };
 struct MaxFn {
   template <class T>
-  T operator()(T a, T b) const { return max_of(a, b); }
+  T operator()(T a, T b) const {
+    return max_of(a, b);
+  }
 };
 
 // inout[i] = fn(inout[i], in[i]). `in` and `inout` must not partially overlap (equal is fine: each
@@ -129,10 +145,10 @@ void reduce_typed(DataType dtype, const void* in, void* inout, std::size_t n, Fn
       return reduce_native(static_cast<const double*>(in), static_cast<double*>(inout), n, fn);
     case DataType::kFloat16:
       return reduce_16<half_to_float, float_to_half>(static_cast<const uint16_t*>(in),
-                                                      static_cast<uint16_t*>(inout), n, fn);
+                                                     static_cast<uint16_t*>(inout), n, fn);
     case DataType::kBFloat16:
       return reduce_16<bfloat16_to_float, float_to_bfloat16>(static_cast<const uint16_t*>(in),
-                                                              static_cast<uint16_t*>(inout), n, fn);
+                                                             static_cast<uint16_t*>(inout), n, fn);
   }
 }
 
@@ -170,8 +186,10 @@ void scale_float(const float* src, float* dst, std::size_t n, double factor) {
   // product rounded to float, so the cheaper float multiply gives the same bits. Otherwise (1/3)
   // multiply in double and round once.
   const float f = static_cast<float>(factor);
-  if (static_cast<double>(f) == factor) scale_native(src, dst, n, f);
-  else scale_native(src, dst, n, factor);
+  if (static_cast<double>(f) == factor)
+    scale_native(src, dst, n, f);
+  else
+    scale_native(src, dst, n, factor);
 }
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
@@ -190,14 +208,20 @@ template <class T>
 T identity_of(ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return T{0};
-    case ReduceOp::kProduct: return T{1};
+    case ReduceOp::kSum:
+      return T{0};
+    case ReduceOp::kProduct:
+      return T{1};
     case ReduceOp::kMin:
-      if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::infinity();
-      else return std::numeric_limits<T>::max();
+      if constexpr (std::is_floating_point_v<T>)
+        return std::numeric_limits<T>::infinity();
+      else
+        return std::numeric_limits<T>::max();
     case ReduceOp::kMax:
-      if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<T>::infinity();
-      else return std::numeric_limits<T>::lowest();
+      if constexpr (std::is_floating_point_v<T>)
+        return -std::numeric_limits<T>::infinity();
+      else
+        return std::numeric_limits<T>::lowest();
   }
   return T{0};
 }
@@ -215,13 +239,14 @@ inline float to_float_round_odd(double d) {
 }
 
 [[noreturn]] void not_compressible(DataType dtype, DataType wire) {
-  throw std::invalid_argument("compression of dtype " + std::to_string(static_cast<int>(dtype)) + " to wire dtype " +
-                              std::to_string(static_cast<int>(wire)) + " is not supported");
+  throw std::invalid_argument("compression of dtype " + std::to_string(static_cast<int>(dtype)) +
+                              " to wire dtype " + std::to_string(static_cast<int>(wire)) +
+                              " is not supported");
 }
 
 template <uint16_t (*FromFloat)(float), uint16_t (*FromDouble)(double)>
-void compress_typed(DataType dtype, DataType wire, const void* src, uint16_t* __restrict dst, std::size_t n,
-                    double factor) {
+void compress_typed(DataType dtype, DataType wire, const void* src, uint16_t* __restrict dst,
+                    std::size_t n, double factor) {
   if (dtype == DataType::kFloat32) {
     const float* __restrict s = static_cast<const float*>(src);
     if (factor == 1.0) {
@@ -242,8 +267,8 @@ void compress_typed(DataType dtype, DataType wire, const void* src, uint16_t* __
 }
 
 template <float (*ToFloat)(uint16_t)>
-void decompress_typed(DataType wire, DataType dtype, const uint16_t* __restrict src, void* dst, std::size_t n,
-                      double factor) {
+void decompress_typed(DataType wire, DataType dtype, const uint16_t* __restrict src, void* dst,
+                      std::size_t n, double factor) {
   if (dtype == DataType::kFloat32) {
     float* __restrict d = static_cast<float*>(dst);
     const float f = static_cast<float>(factor);
@@ -252,7 +277,8 @@ void decompress_typed(DataType wire, DataType dtype, const uint16_t* __restrict 
     } else if (static_cast<double>(f) == factor) {
       for (std::size_t i = 0; i < n; ++i) d[i] = ToFloat(src[i]) * f;
     } else {
-      for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<float>(static_cast<double>(ToFloat(src[i])) * factor);
+      for (std::size_t i = 0; i < n; ++i)
+        d[i] = static_cast<float>(static_cast<double>(ToFloat(src[i])) * factor);
     }
   } else if (dtype == DataType::kFloat64) {
     double* __restrict d = static_cast<double*>(dst);
@@ -266,8 +292,8 @@ void decompress_typed(DataType wire, DataType dtype, const uint16_t* __restrict 
 // stay few and sequential), then scaled and rounded once. out may alias a block: a tile is read
 // completely before it is written.
 template <float (*ToFloat)(uint16_t), uint16_t (*FromDouble)(double), class Fn>
-void reduce_blocks_typed(const uint16_t* blocks, std::size_t k, std::size_t stride, std::size_t n, double factor,
-                         uint16_t* out, Fn fn) {
+void reduce_blocks_typed(const uint16_t* blocks, std::size_t k, std::size_t stride, std::size_t n,
+                         double factor, uint16_t* out, Fn fn) {
   constexpr std::size_t kTile = 1024;
   double acc[kTile];
   for (std::size_t t = 0; t < n; t += kTile) {
@@ -286,12 +312,13 @@ void reduce_blocks_typed(const uint16_t* blocks, std::size_t k, std::size_t stri
 }
 
 template <class Fn>
-void reduce_blocks_fn(DataType wire, const uint16_t* blocks, std::size_t k, std::size_t stride, std::size_t n,
-                      double factor, uint16_t* out, Fn fn) {
+void reduce_blocks_fn(DataType wire, const uint16_t* blocks, std::size_t k, std::size_t stride,
+                      std::size_t n, double factor, uint16_t* out, Fn fn) {
   if (wire == DataType::kFloat16) {
     reduce_blocks_typed<half_to_float, double_to_half>(blocks, k, stride, n, factor, out, fn);
   } else if (wire == DataType::kBFloat16) {
-    reduce_blocks_typed<bfloat16_to_float, double_to_bfloat16>(blocks, k, stride, n, factor, out, fn);
+    reduce_blocks_typed<bfloat16_to_float, double_to_bfloat16>(blocks, k, stride, n, factor, out,
+                                                               fn);
   } else {
     not_compressible(wire, wire);
   }
@@ -360,7 +387,8 @@ float bfloat16_to_float(uint16_t b) {
 
 uint16_t float_to_bfloat16(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet NaN
+  if ((x & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet NaN
   x += 0x7fffu + ((x >> 16) & 1u);  // round to nearest even; overflow carries into Inf
   return static_cast<uint16_t>(x >> 16);
 }
@@ -375,10 +403,14 @@ void reduce_buffers(DataType dtype, ReduceOp op, const void* in, void* inout, st
   if (n == 0) return;
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return reduce_typed(dtype, in, inout, n, SumFn{});
-    case ReduceOp::kMin: return reduce_typed(dtype, in, inout, n, MinFn{});
-    case ReduceOp::kMax: return reduce_typed(dtype, in, inout, n, MaxFn{});
-    case ReduceOp::kProduct: return reduce_typed(dtype, in, inout, n, ProductFn{});
+    case ReduceOp::kSum:
+      return reduce_typed(dtype, in, inout, n, SumFn{});
+    case ReduceOp::kMin:
+      return reduce_typed(dtype, in, inout, n, MinFn{});
+    case ReduceOp::kMax:
+      return reduce_typed(dtype, in, inout, n, MaxFn{});
+    case ReduceOp::kProduct:
+      return reduce_typed(dtype, in, inout, n, ProductFn{});
   }
 }
 
@@ -408,23 +440,31 @@ void scale_copy(DataType dtype, const void* src, void* dst, std::size_t n, doubl
       return scale_native(static_cast<const double*>(src), static_cast<double*>(dst), n, factor);
     case DataType::kFloat16:
       return scale_16<half_to_float, float_to_half>(static_cast<const uint16_t*>(src),
-                                                     static_cast<uint16_t*>(dst), n, factor);
+                                                    static_cast<uint16_t*>(dst), n, factor);
     case DataType::kBFloat16:
       return scale_16<bfloat16_to_float, float_to_bfloat16>(static_cast<const uint16_t*>(src),
-                                                             static_cast<uint16_t*>(dst), n, factor);
+                                                            static_cast<uint16_t*>(dst), n, factor);
   }
 }
 
 void fill_identity(DataType dtype, ReduceOp op, void* data, std::size_t n) {
   switch (dtype) {
-    case DataType::kUInt8: return fill_n(data, n, identity_of<uint8_t>(op));
-    case DataType::kInt8: return fill_n(data, n, identity_of<int8_t>(op));
-    case DataType::kInt32: return fill_n(data, n, identity_of<int32_t>(op));
-    case DataType::kInt64: return fill_n(data, n, identity_of<int64_t>(op));
-    case DataType::kFloat32: return fill_n(data, n, identity_of<float>(op));
-    case DataType::kFloat64: return fill_n(data, n, identity_of<double>(op));
-    case DataType::kFloat16: return fill_n(data, n, float_to_half(identity_of<float>(op)));
-    case DataType::kBFloat16: return fill_n(data, n, float_to_bfloat16(identity_of<float>(op)));
+    case DataType::kUInt8:
+      return fill_n(data, n, identity_of<uint8_t>(op));
+    case DataType::kInt8:
+      return fill_n(data, n, identity_of<int8_t>(op));
+    case DataType::kInt32:
+      return fill_n(data, n, identity_of<int32_t>(op));
+    case DataType::kInt64:
+      return fill_n(data, n, identity_of<int64_t>(op));
+    case DataType::kFloat32:
+      return fill_n(data, n, identity_of<float>(op));
+    case DataType::kFloat64:
+      return fill_n(data, n, identity_of<double>(op));
+    case DataType::kFloat16:
+      return fill_n(data, n, float_to_half(identity_of<float>(op)));
+    case DataType::kBFloat16:
+      return fill_n(data, n, float_to_bfloat16(identity_of<float>(op)));
   }
 }
 
@@ -450,7 +490,8 @@ namespace {
 bool simd_available() {
   static const bool ok = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) != 0 &&
+           (c & (1u << 29)) != 0;
   }();
   return ok;
 }
@@ -476,8 +517,8 @@ HVD_SIMD inline void narrow8(DataType wire, __m256 f, uint16_t* p) {
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
                                            _mm256_set1_epi32(0x7f800000));
     const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-    const __m256i rounded =
-        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd), 16);
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), odd), 16);
     const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
     const __m256i v = _mm256_blendv_epi8(rounded, quiet, nan);
     out = _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08));
@@ -491,10 +532,13 @@ HVD_SIMD inline __m128i odd4(__m256d d) {
   const __m256d back = _mm256_cvtps_pd(f);
   const __m256d abs_mask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
   const __m256d inexact = _mm256_cmp_pd(back, d, _CMP_NEQ_OQ);  // false for NaN
-  const __m256d away = _mm256_cmp_pd(_mm256_and_pd(back, abs_mask), _mm256_and_pd(d, abs_mask), _CMP_GT_OQ);
+  const __m256d away =
+      _mm256_cmp_pd(_mm256_and_pd(back, abs_mask), _mm256_and_pd(d, abs_mask), _CMP_GT_OQ);
   const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-  const __m128i inexact32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), pick));
-  const __m128i away32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), pick));
+  const __m128i inexact32 =
+      _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), pick));
+  const __m128i away32 =
+      _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), pick));
   __m128i bits = _mm_add_epi32(_mm_castps_si128(f), away32);  // -1 where rounded away: truncate
   return _mm_or_si128(bits, _mm_and_si128(inexact32, _mm_set1_epi32(1)));
 }
@@ -503,8 +547,8 @@ HVD_SIMD inline __m256 odd8(__m256d lo, __m256d hi) {
   return _mm256_castsi256_ps(_mm256_set_m128i(odd4(hi), odd4(lo)));
 }
 
-HVD_SIMD std::size_t compress_simd(DataType dtype, DataType wire, const void* src, uint16_t* dst, std::size_t n,
-                                   double factor) {
+HVD_SIMD std::size_t compress_simd(DataType dtype, DataType wire, const void* src, uint16_t* dst,
+                                   std::size_t n, double factor) {
   const std::size_t m = n / 8 * 8;
   const __m256d fd = _mm256_set1_pd(factor);
   if (dtype == DataType::kFloat32) {
@@ -536,8 +580,8 @@ HVD_SIMD std::size_t compress_simd(DataType dtype, DataType wire, const void* sr
   return 0;
 }
 
-HVD_SIMD std::size_t decompress_simd(DataType wire, DataType dtype, const uint16_t* src, void* dst, std::size_t n,
-                                     double factor) {
+HVD_SIMD std::size_t decompress_simd(DataType wire, DataType dtype, const uint16_t* src, void* dst,
+                                     std::size_t n, double factor) {
   const std::size_t m = n / 8 * 8;
   const __m256d fd = _mm256_set1_pd(factor);
   if (dtype == DataType::kFloat32) {
@@ -550,8 +594,10 @@ HVD_SIMD std::size_t decompress_simd(DataType wire, DataType dtype, const uint16
       } else if (static_cast<double>(f) == factor) {
         v = _mm256_mul_ps(v, ff);
       } else {
-        const __m128 lo = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), fd));
-        const __m128 hi = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), fd));
+        const __m128 lo =
+            _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), fd));
+        const __m128 hi =
+            _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), fd));
         v = _mm256_set_m128(hi, lo);
       }
       _mm256_storeu_ps(d + i, v);
@@ -573,23 +619,29 @@ HVD_SIMD std::size_t decompress_simd(DataType wire, DataType dtype, const uint16
 HVD_SIMD inline __m256d combine4(ReduceOp op, __m256d a, __m256d b) {
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return _mm256_add_pd(a, b);
-    case ReduceOp::kProduct: return _mm256_mul_pd(a, b);
+    case ReduceOp::kSum:
+      return _mm256_add_pd(a, b);
+    case ReduceOp::kProduct:
+      return _mm256_mul_pd(a, b);
     case ReduceOp::kMin:  // (b < a || b != b) ? b : a, as min_of
-      return _mm256_blendv_pd(a, b, _mm256_or_pd(_mm256_cmp_pd(b, a, _CMP_LT_OQ), _mm256_cmp_pd(b, b, _CMP_UNORD_Q)));
+      return _mm256_blendv_pd(
+          a, b, _mm256_or_pd(_mm256_cmp_pd(b, a, _CMP_LT_OQ), _mm256_cmp_pd(b, b, _CMP_UNORD_Q)));
     case ReduceOp::kMax:
-      return _mm256_blendv_pd(a, b, _mm256_or_pd(_mm256_cmp_pd(b, a, _CMP_GT_OQ), _mm256_cmp_pd(b, b, _CMP_UNORD_Q)));
+      return _mm256_blendv_pd(
+          a, b, _mm256_or_pd(_mm256_cmp_pd(b, a, _CMP_GT_OQ), _mm256_cmp_pd(b, b, _CMP_UNORD_Q)));
   }
   return a;
 }
 
-HVD_SIMD std::size_t reduce_blocks_simd(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k,
-                                        std::size_t stride, std::size_t n, double factor, uint16_t* out) {
+HVD_SIMD std::size_t reduce_blocks_simd(DataType wire, ReduceOp op, const uint16_t* blocks,
+                                        std::size_t k, std::size_t stride, std::size_t n,
+                                        double factor, uint16_t* out) {
   const std::size_t m = n / 8 * 8;
   const __m256d fd = _mm256_set1_pd(factor);
   for (std::size_t i = 0; i < m; i += 8) {
     __m256 v = widen8(wire, blocks + i);
-    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+    __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+            hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
     for (std::size_t j = 1; j < k; ++j) {
       v = widen8(wire, blocks + j * stride + i);
       lo = combine4(op, lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
@@ -620,23 +672,24 @@ namespace {
 bool use_simd() { return simd_enabled().load(std::memory_order_relaxed) && simd_available(); }
 #endif
 // The number of leading elements the vectorised code handled (0 without it, or when disabled).
-std::size_t simd_compress(DataType dtype, DataType wire, const void* src, uint16_t* dst, std::size_t n, double factor) {
+std::size_t simd_compress(DataType dtype, DataType wire, const void* src, uint16_t* dst,
+                          std::size_t n, double factor) {
 #if HVD_DTYPE_SIMD
   if (use_simd()) return compress_simd(dtype, wire, src, dst, n, factor);
 #endif
   (void)dtype, (void)wire, (void)src, (void)dst, (void)n, (void)factor;
   return 0;
 }
-std::size_t simd_decompress(DataType wire, DataType dtype, const uint16_t* src, void* dst, std::size_t n,
-                            double factor) {
+std::size_t simd_decompress(DataType wire, DataType dtype, const uint16_t* src, void* dst,
+                            std::size_t n, double factor) {
 #if HVD_DTYPE_SIMD
   if (use_simd()) return decompress_simd(wire, dtype, src, dst, n, factor);
 #endif
   (void)dtype, (void)wire, (void)src, (void)dst, (void)n, (void)factor;
   return 0;
 }
-std::size_t simd_reduce(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k, std::size_t stride,
-                        std::size_t n, double factor, uint16_t* out) {
+std::size_t simd_reduce(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k,
+                        std::size_t stride, std::size_t n, double factor, uint16_t* out) {
 #if HVD_DTYPE_SIMD
   if (use_simd()) return reduce_blocks_simd(wire, op, blocks, k, stride, n, factor, out);
 #endif
@@ -650,7 +703,8 @@ std::atomic<bool>& simd_enabled() {
   return enabled;
 }
 
-void compress_copy(DataType dtype, DataType wire, const void* src, uint16_t* dst, std::size_t n, double factor) {
+void compress_copy(DataType dtype, DataType wire, const void* src, uint16_t* dst, std::size_t n,
+                   double factor) {
   if (wire != DataType::kFloat16 && wire != DataType::kBFloat16) not_compressible(dtype, wire);
   if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) not_compressible(dtype, wire);
   const std::size_t done = simd_compress(dtype, wire, src, dst, n, factor);
@@ -662,19 +716,21 @@ void compress_copy(DataType dtype, DataType wire, const void* src, uint16_t* dst
   return compress_typed<float_to_bfloat16, double_to_bfloat16>(dtype, wire, src, dst, n, factor);
 }
 
-void decompress_copy(DataType wire, DataType dtype, const uint16_t* src, void* dst, std::size_t n, double factor) {
+void decompress_copy(DataType wire, DataType dtype, const uint16_t* src, void* dst, std::size_t n,
+                     double factor) {
   if (wire != DataType::kFloat16 && wire != DataType::kBFloat16) not_compressible(dtype, wire);
   if (dtype != DataType::kFloat32 && dtype != DataType::kFloat64) not_compressible(dtype, wire);
   const std::size_t done = simd_decompress(wire, dtype, src, dst, n, factor);
   src += done;
   dst = static_cast<char*>(dst) + done * element_size(dtype);
   n -= done;
-  if (wire == DataType::kFloat16) return decompress_typed<half_to_float>(wire, dtype, src, dst, n, factor);
+  if (wire == DataType::kFloat16)
+    return decompress_typed<half_to_float>(wire, dtype, src, dst, n, factor);
   return decompress_typed<bfloat16_to_float>(wire, dtype, src, dst, n, factor);
 }
 
-void reduce_blocks_16(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k, std::size_t stride,
-                      std::size_t n, double factor, uint16_t* out) {
+void reduce_blocks_16(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k,
+                      std::size_t stride, std::size_t n, double factor, uint16_t* out) {
   if (n == 0 || k == 0) return;
   if (wire != DataType::kFloat16 && wire != DataType::kBFloat16) not_compressible(wire, wire);
   const std::size_t done = simd_reduce(wire, op, blocks, k, stride, n, factor, out);
@@ -683,10 +739,14 @@ void reduce_blocks_16(DataType wire, ReduceOp op, const uint16_t* blocks, std::s
   n -= done;
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, SumFn{});
-    case ReduceOp::kMin: return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, MinFn{});
-    case ReduceOp::kMax: return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, MaxFn{});
-    case ReduceOp::kProduct: return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, ProductFn{});
+    case ReduceOp::kSum:
+      return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, SumFn{});
+    case ReduceOp::kMin:
+      return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, MinFn{});
+    case ReduceOp::kMax:
+      return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, MaxFn{});
+    case ReduceOp::kProduct:
+      return reduce_blocks_fn(wire, blocks, k, stride, n, factor, out, ProductFn{});
   }
 }
 

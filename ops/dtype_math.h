@@ -58,8 +58,8 @@ void decompress_copy(DataType wire, DataType dtype, const uint16_t* src, void* d
 // fp16 the only roundings are this one and the inputs' cast). kAverage reduces like kSum (the
 // caller passes 1/contributors in `factor`). `out` may be one of the blocks (element i of out is
 // written after element i of every block has been read).
-void reduce_blocks_16(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k, std::size_t stride,
-                      std::size_t n, double factor, uint16_t* out);
+void reduce_blocks_16(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k,
+                      std::size_t stride, std::size_t n, double factor, uint16_t* out);
 
 // On x86-64 CPUs with AVX2 and F16C the three functions above run vectorised (the same results bit
 // for bit, except the payload of a NaN made from two NaNs). Tests set this to false to compare

@@ -25,7 +25,8 @@ void* FusionBuffer::get(std::size_t bytes) {
 
 FusionLayout fusion_layout(const std::vector<int64_t>& sizes_bytes, int64_t alignment) {
   if (alignment <= 0 || (alignment & (alignment - 1)) != 0)
-    throw InvalidArgumentError("fusion alignment " + std::to_string(alignment) + " is not a power of two");
+    throw InvalidArgumentError("fusion alignment " + std::to_string(alignment) +
+                               " is not a power of two");
   FusionLayout layout;
   layout.offsets.reserve(sizes_bytes.size());
   int64_t off = 0;

@@ -25,7 +25,8 @@ struct GpuBackend::Impl {
   std::unique_ptr<cuda::Finalizer> finalizer;
 };
 
-GpuBackend::GpuBackend(const mpi::MpiContext& mpi, FusionBuffer& host_fusion, const GpuBackendOptions& options)
+GpuBackend::GpuBackend(const mpi::MpiContext& mpi, FusionBuffer& host_fusion,
+                       const GpuBackendOptions& options)
     : impl_(new Impl{mpi, host_fusion, options, nullptr, nullptr, nullptr}) {
   if (options.device < 0) return;
   impl_->cuda = std::make_unique<cuda::CudaContext>(options.device);  // lazy: no CUDA call yet

@@ -29,15 +29,16 @@
 namespace hvd::ops {
 
 struct GpuBackendOptions {
-  int device = -1;               // cluster::GpuAssignment::device; -1: no GPU path
-  bool use_nccl = true;          // HVD_GPU_OPERATIONS=NCCL and no rank shares a GPU (agree on it over MPI!)
-  bool hierarchical = false;     // HVD_HIERARCHICAL_ALLREDUCE
-  bool fp16_compression = false; // HVD_COMPRESSION=fp16
+  int device = -1;       // cluster::GpuAssignment::device; -1: no GPU path
+  bool use_nccl = true;  // HVD_GPU_OPERATIONS=NCCL and no rank shares a GPU (agree on it over MPI!)
+  bool hierarchical = false;      // HVD_HIERARCHICAL_ALLREDUCE
+  bool fp16_compression = false;  // HVD_COMPRESSION=fp16
 };
 
 class GpuBackend {
  public:
-  GpuBackend(const mpi::MpiContext& mpi, FusionBuffer& host_fusion, const GpuBackendOptions& options);
+  GpuBackend(const mpi::MpiContext& mpi, FusionBuffer& host_fusion,
+             const GpuBackendOptions& options);
   ~GpuBackend();
   GpuBackend(const GpuBackend&) = delete;
   GpuBackend& operator=(const GpuBackend&) = delete;

@@ -6,11 +6,16 @@ namespace hvd::ops {
 
 const char* collective_name(CollectiveType t) {
   switch (t) {
-    case CollectiveType::kAllreduce: return "allreduce";
-    case CollectiveType::kAllgather: return "allgather";
-    case CollectiveType::kBroadcast: return "broadcast";
-    case CollectiveType::kAlltoall: return "alltoall";
-    case CollectiveType::kReducescatter: return "reducescatter";
+    case CollectiveType::kAllreduce:
+      return "allreduce";
+    case CollectiveType::kAllgather:
+      return "allgather";
+    case CollectiveType::kBroadcast:
+      return "broadcast";
+    case CollectiveType::kAlltoall:
+      return "alltoall";
+    case CollectiveType::kReducescatter:
+      return "reducescatter";
   }
   return "unknown";
 }
@@ -33,9 +38,10 @@ void OperationManager::execute(OpBatch& batch) {
   CollectiveOp* op = select(batch);
   if (op == nullptr) {
     std::string name = batch.entries.empty() ? "" : batch.entries[0].name;
-    throw InvalidArgumentError(std::string(collective_name(batch.type)) + " of '" + name +
-                               "' failed: no backend in this build handles " + device_name(batch.device) +
-                               " tensors. Rebuild hvd with -DHVD_WITH_CUDA=ON for GPU tensors, or pass CPU tensors.");
+    throw InvalidArgumentError(
+        std::string(collective_name(batch.type)) + " of '" + name +
+        "' failed: no backend in this build handles " + device_name(batch.device) +
+        " tensors. Rebuild hvd with -DHVD_WITH_CUDA=ON for GPU tensors, or pass CPU tensors.");
   }
   op->execute(batch);
 }

@@ -41,8 +41,10 @@ std::shared_ptr<Runtime> get(const char* what) {
   std::lock_guard<std::mutex> lock(inst.mu);
   if (!inst.runtime) {
     if (inst.was_shut_down)
-      throw InvalidArgumentError(std::string("hvd::") + what + " called after hvd::shutdown(): hvd is no longer running.");
-    throw InvalidArgumentError(std::string("hvd::") + what + " called before hvd::init(): call hvd::init() first.");
+      throw InvalidArgumentError(std::string("hvd::") + what +
+                                 " called after hvd::shutdown(): hvd is no longer running.");
+    throw InvalidArgumentError(std::string("hvd::") + what +
+                               " called before hvd::init(): call hvd::init() first.");
   }
   return inst.runtime;
 }
@@ -73,17 +75,20 @@ std::string fmt_double(double v) {
 // Thrown at once on this rank: a name that no rank can match.
 void check_name(const std::string& name, const char* op) {
   if (name.empty())
-    throw InvalidArgumentError(std::string(op) + " needs a tensor name: every rank must pass the same non-empty name.");
+    throw InvalidArgumentError(
+        std::string(op) + " needs a tensor name: every rank must pass the same non-empty name.");
   if (name.size() > kMaxNameBytes)
     throw InvalidArgumentError(std::string(op) + " of '" + shown(name) + "' failed: the name has " +
                                std::to_string(name.size()) + " bytes; names may have at most " +
                                std::to_string(kMaxNameBytes) + " bytes.");
   if (const size_t nul = name.find('\0'); nul != std::string::npos)
-    throw InvalidArgumentError(std::string(op) + " of '" + shown(name) + "' failed: the name has a NUL byte at offset " +
+    throw InvalidArgumentError(std::string(op) + " of '" + shown(name) +
+                               "' failed: the name has a NUL byte at offset " +
                                std::to_string(nul) + "; names may not contain NUL bytes.");
   if (name.rfind(kReservedNamePrefix, 0) == 0)
-    throw InvalidArgumentError(std::string(op) + " of '" + shown(name) + "' failed: names starting with '" +
-                               kReservedNamePrefix + "' are reserved for hvd's own operations; choose another name.");
+    throw InvalidArgumentError(std::string(op) + " of '" + shown(name) +
+                               "' failed: names starting with '" + kReservedNamePrefix +
+                               "' are reserved for hvd's own operations; choose another name.");
 }
 
 bool known_dtype(DataType t) {
@@ -96,7 +101,9 @@ bool known_op(ReduceOp op) {
   return v >= static_cast<int>(ReduceOp::kAverage) && v <= static_cast<int>(ReduceOp::kProduct);
 }
 
-bool known_device(const Device& d) { return d.kind == Device::kCPU || (d.kind == Device::kCUDA && d.index >= 0); }
+bool known_device(const Device& d) {
+  return d.kind == Device::kCPU || (d.kind == Device::kCUDA && d.index >= 0);
+}
 
 // The tensor's size in bytes, or -1 when the dtype is unknown, a dimension negative, or the
 // product of the non-zero dimensions times the element size overflows int64. (That bound keeps
@@ -108,8 +115,10 @@ int64_t byte_size(const TensorRef& t) {
   bool empty = false;
   for (int64_t d : t.shape()) {
     if (d < 0) return -1;
-    if (d == 0) empty = true;
-    else if (__builtin_mul_overflow(bound, d, &bound)) return -1;
+    if (d == 0)
+      empty = true;
+    else if (__builtin_mul_overflow(bound, d, &bound))
+      return -1;
   }
   return empty ? 0 : bound;
 }
@@ -128,22 +137,27 @@ struct Checks {
     if (failed()) return;
     if (!known_dtype(t.dtype()))
       return fail(role + " has dtype " + std::to_string(static_cast<int>(t.dtype())) +
-                  ", which is not a DataType: pass one of uint8, int8, int32, int64, float16, bfloat16, float32, "
+                  ", which is not a DataType: pass one of uint8, int8, int32, int64, float16, "
+                  "bfloat16, float32, "
                   "float64.");
     if (!known_device(t.device()))
       return fail(role + " is on " + device_name(t.device()) +
                   ", which is not a device: pass Device::cpu() or Device::cuda(i) with i >= 0.");
     for (int64_t d : t.shape())
-      if (d < 0) return fail(role + " has shape " + shape_string(t.shape()) + " with a negative dimension.");
+      if (d < 0)
+        return fail(role + " has shape " + shape_string(t.shape()) + " with a negative dimension.");
     if (byte_size(t) < 0)
-      return fail(role + " has shape " + shape_string(t.shape()) + " of " + dtype_name(t.dtype()) +
-                  ": the product of its non-zero dimensions and the element size does not fit in 64 bits.");
+      return fail(
+          role + " has shape " + shape_string(t.shape()) + " of " + dtype_name(t.dtype()) +
+          ": the product of its non-zero dimensions and the element size does not fit in 64 bits.");
     if (t.num_elements() > 0 && t.data() == nullptr)
-      return fail(role + " has " + std::to_string(t.num_elements()) + " elements but a null data pointer.");
+      return fail(role + " has " + std::to_string(t.num_elements()) +
+                  " elements but a null data pointer.");
     // hvd's own element-wise code (scaling, averaging, fusion) reads elements through typed pointers.
     if (t.num_elements() > 0 && reinterpret_cast<uintptr_t>(t.data()) % dtype_size(t.dtype()) != 0)
-      return fail(role + "'s data pointer is not a multiple of " + std::to_string(dtype_size(t.dtype())) +
-                  " bytes, the size of its " + dtype_name(t.dtype()) + " elements: pass aligned memory.");
+      return fail(role + "'s data pointer is not a multiple of " +
+                  std::to_string(dtype_size(t.dtype())) + " bytes, the size of its " +
+                  dtype_name(t.dtype()) + " elements: pass aligned memory.");
   }
 
   // A CUDA tensor must be on this rank's GPU (after output_matches(): an output is on its input's
@@ -157,12 +171,14 @@ struct Checks {
                       const std::string& out_role) {
     if (failed()) return;
     if (out.num_elements() != in.num_elements() || out.dtype() != in.dtype())
-      return fail(out_role + " (" + dtype_name(out.dtype()) + " " + shape_string(out.shape()) + ") does not match " +
-                  in_role + " (" + dtype_name(in.dtype()) + " " + shape_string(in.shape()) +
-                  "): pass an output of the same dtype and number of elements, or the input itself.");
+      return fail(
+          out_role + " (" + dtype_name(out.dtype()) + " " + shape_string(out.shape()) +
+          ") does not match " + in_role + " (" + dtype_name(in.dtype()) + " " +
+          shape_string(in.shape()) +
+          "): pass an output of the same dtype and number of elements, or the input itself.");
     if (!(out.device() == in.device()))
-      fail(in_role + " is on " + device_name(in.device()) + " but " + out_role + " on " + device_name(out.device()) +
-           ": pass both on the same device.");
+      fail(in_role + " is on " + device_name(in.device()) + " but " + out_role + " on " +
+           device_name(out.device()) + ": pass both on the same device.");
   }
 
   void reduce_op(ReduceOp op) {
@@ -180,7 +196,8 @@ struct Checks {
   // allgather, alltoall, reducescatter work along the first dimension.
   void first_dimension(const TensorRef& t, const char* verb) {
     if (!failed() && t.shape().empty())
-      fail(std::string("a scalar has no first dimension to ") + verb + " along; pass shape {1} instead of {}.");
+      fail(std::string("a scalar has no first dimension to ") + verb +
+           " along; pass shape {1} instead of {}.");
   }
 
   void root(int root, int size) {
@@ -196,26 +213,29 @@ struct Checks {
     if (splits.empty()) {
       if (rows % size != 0)
         return fail("no splits were given and the first dimension " + std::to_string(rows) +
-                    " does not divide evenly among " + std::to_string(size) + " ranks; pass splits.");
+                    " does not divide evenly among " + std::to_string(size) +
+                    " ranks; pass splits.");
       splits.assign(static_cast<size_t>(size), rows / size);
     }
     if (splits.size() != static_cast<size_t>(size))
-      return fail("it gave " + std::to_string(splits.size()) + " splits for " + std::to_string(size) +
-                  " ranks: pass one split per rank.");
+      return fail("it gave " + std::to_string(splits.size()) + " splits for " +
+                  std::to_string(size) + " ranks: pass one split per rank.");
     for (int64_t s : splits)
-      if (s < 0) return fail("it gave a negative split " + shape_string(splits) + ": pass splits >= 0.");
+      if (s < 0)
+        return fail("it gave a negative split " + shape_string(splits) + ": pass splits >= 0.");
     int64_t sum = 0;
     bool overflow = false;
     for (int64_t s : splits) overflow = overflow || __builtin_add_overflow(sum, s, &sum);
     if (overflow || sum != rows)
       fail("its splits " + shape_string(splits) + " add up to " +
-           (overflow ? "more than " + std::to_string(INT64_MAX) : std::to_string(sum)) + ", but its tensor has " +
-           std::to_string(rows) + " rows in its first dimension.");
+           (overflow ? "more than " + std::to_string(INT64_MAX) : std::to_string(sum)) +
+           ", but its tensor has " + std::to_string(rows) + " rows in its first dimension.");
   }
 
   // Outputs must not overlap each other or any input, except that output i may be exactly input i
   // (in place). Inputs may overlap each other (they are only read). After tensor() of all.
-  void no_overlap(const std::vector<TensorRef>& in, const std::vector<TensorRef>& out, bool grouped) {
+  void no_overlap(const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
+                  bool grouped) {
     if (failed()) return;
     auto role = [&](bool is_out, size_t i) {
       return grouped ? std::string(is_out ? "output " : "input ") + std::to_string(i)
@@ -257,15 +277,17 @@ struct Checks {
       const Span& o = *std::prev(it);
       if (!same_memory(o, s) || o.end <= s.begin) continue;
       const uintptr_t common = std::min(o.end, s.end) - std::max(o.begin, s.begin);
-      return fail(role(true, o.index) + " overlaps " + role(false, j) + " (" + std::to_string(common) +
-                  " bytes in common) without being the same buffer: pass the same buffer as input and output for "
+      return fail(role(true, o.index) + " overlaps " + role(false, j) + " (" +
+                  std::to_string(common) +
+                  " bytes in common) without being the same buffer: pass the same buffer as input "
+                  "and output for "
                   "an in-place allreduce, or buffers that do not overlap.");
     }
   }
 };
 
-Request make_request(const Runtime& rt, RequestType type, const std::string& name, const TensorRef& t,
-                     std::string error = "") {
+Request make_request(const Runtime& rt, RequestType type, const std::string& name,
+                     const TensorRef& t, std::string error = "") {
   Request r;
   r.rank = rt.topology().rank;
   r.type = type;
@@ -285,7 +307,8 @@ Request make_request(const Runtime& rt, RequestType type, const std::string& nam
   return r;
 }
 
-TensorTableEntry make_entry(RequestType type, const std::string& name, const TensorRef& in, const TensorRef& out,
+TensorTableEntry make_entry(RequestType type, const std::string& name, const TensorRef& in,
+                            const TensorRef& out,
                             const std::shared_ptr<detail::HandleState>& state) {
   TensorTableEntry e;
   e.name = name;
@@ -297,8 +320,8 @@ TensorTableEntry make_entry(RequestType type, const std::string& name, const Ten
   return e;
 }
 
-Handle submit(Runtime& rt, RequestType type, const std::string& name, const TensorRef& in, const TensorRef& out,
-              Request req) {
+Handle submit(Runtime& rt, RequestType type, const std::string& name, const TensorRef& in,
+              const TensorRef& out, Request req) {
   auto state = std::make_shared<detail::HandleState>(1);
   std::vector<TensorTableEntry> entries;
   entries.push_back(make_entry(type, name, in, out, state));
@@ -343,8 +366,8 @@ int cross_rank() { return get("cross_rank()")->topology().cross_rank; }
 int cross_size() { return get("cross_size()")->topology().cross_size; }
 bool is_homogeneous() { return get("is_homogeneous()")->topology().homogeneous; }
 
-Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, ReduceOp op, double prescale,
-                       double postscale) {
+Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, ReduceOp op,
+                       double prescale, double postscale) {
   auto rt = get("allreduce_async()");
   check_name(name, "allreduce");
   Checks c{*rt, {}};
@@ -362,15 +385,17 @@ Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, Red
   return submit(*rt, RequestType::kAllreduce, name, in, out, std::move(req));
 }
 
-Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef> out, const std::string& name,
-                               ReduceOp op) {
+Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef> out,
+                               const std::string& name, ReduceOp op) {
   auto rt = get("grouped_allreduce_async()");
   check_name(name, "grouped_allreduce");
-  const std::string count_error = std::to_string(in.size()) + " inputs but " + std::to_string(out.size()) +
+  const std::string count_error = std::to_string(in.size()) + " inputs but " +
+                                  std::to_string(out.size()) +
                                   " outputs; pass one output per input.";
   if (in.empty()) {
     // No member names to fail on the other ranks: an empty group is complete at once.
-    if (!out.empty()) throw InvalidArgumentError("grouped_allreduce of '" + name + "' failed: " + count_error);
+    if (!out.empty())
+      throw InvalidArgumentError("grouped_allreduce of '" + name + "' failed: " + count_error);
     auto state = std::make_shared<detail::HandleState>(1);
     state->complete_one();
     return Handle(state);
@@ -391,7 +416,8 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
     c.on_this_gpu(in[i]);
     member_errors[i] = std::move(c.error);
   }
-  if (std::all_of(member_errors.begin(), member_errors.end(), [](const std::string& e) { return e.empty(); })) {
+  if (std::all_of(member_errors.begin(), member_errors.end(),
+                  [](const std::string& e) { return e.empty(); })) {
     group.no_overlap(in, out, true);
     if (group.failed()) member_errors.assign(in.size(), group.error);
   }
@@ -400,7 +426,8 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
   std::vector<Request> requests;
   for (size_t i = 0; i < in.size(); ++i) {
     std::string member = name + "." + std::to_string(i);
-    Request req = make_request(*rt, RequestType::kAllreduce, member, in[i], std::move(member_errors[i]));
+    Request req =
+        make_request(*rt, RequestType::kAllreduce, member, in[i], std::move(member_errors[i]));
     req.reduce_op = op;
     req.group = name;
     req.group_size = static_cast<int32_t>(in.size());
@@ -470,7 +497,8 @@ void barrier() {
   // one rank take turns (one name can be in flight once per rank).
   std::lock_guard<std::mutex> turn(rt->barrier_mutex());
   const std::string name = "__hvd.barrier";
-  Request req = make_request(*rt, RequestType::kBarrier, name, TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
+  Request req = make_request(*rt, RequestType::kBarrier, name,
+                             TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
   Handle h = submit(*rt, RequestType::kBarrier, name, {}, {}, std::move(req));
   h.wait();
 }
@@ -478,7 +506,8 @@ void barrier() {
 int join() {
   auto rt = get("join()");
   const std::string name = "__hvd.join";
-  Request req = make_request(*rt, RequestType::kJoin, name, TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
+  Request req = make_request(*rt, RequestType::kJoin, name,
+                             TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
   auto state = std::make_shared<detail::HandleState>(1);
   std::vector<TensorTableEntry> entries;
   entries.push_back(make_entry(RequestType::kJoin, name, {}, {}, state));

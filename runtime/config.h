@@ -18,12 +18,12 @@ namespace hvd {
 enum class ConfigType { kBool, kInt, kDouble, kString, kEnum };
 
 struct ConfigVar {
-  const char* name;          // "HVD_FUSION_THRESHOLD"
+  const char* name;  // "HVD_FUSION_THRESHOLD"
   ConfigType type;
-  const char* default_value; // as the variable would be spelled: "67108864"
-  const char* doc;           // one line
+  const char* default_value;         // as the variable would be spelled: "67108864"
+  const char* doc;                   // one line
   std::vector<std::string> choices;  // kEnum: the accepted values (case-insensitive)
-  double min = 0;            // kInt / kDouble: inclusive bounds
+  double min = 0;                    // kInt / kDouble: inclusive bounds
   double max = 0;
   // hvdrun's flag for this variable ("fusion-threshold-mb"), empty for none, and the factor
   // that turns the flag's value into the variable's (1048576 for MiB -> bytes).
@@ -43,14 +43,14 @@ struct Config {
   double cycle_time_ms = 1.0;
   int64_t cache_capacity = 1024;
   bool hierarchical_allreduce = false;
-  std::string gpu_operations = "NCCL";   // NCCL | MPI
-  std::string compression = "none";      // none | fp16 | bf16 (ops/mpi/allreduce.cc)
+  std::string gpu_operations = "NCCL";  // NCCL | MPI
+  std::string compression = "none";     // none | fp16 | bf16 (ops/mpi/allreduce.cc)
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   double stall_check_time_seconds = 60;
   double stall_shutdown_time_seconds = 0;
   bool stall_check_disable = false;
-  std::string log_level = "warning";     // trace | debug | info | warning | error
+  std::string log_level = "warning";  // trace | debug | info | warning | error
   double start_timeout_seconds = 30;
   double peer_timeout_seconds = 30;
   bool terminate_handler = true;  // runtime/terminate_handler.h

@@ -24,8 +24,14 @@ std::string fmt_double(double v) {
 
 }  // namespace
 
-Controller::Controller(MPI_Comm comm, int rank, int size, const ControllerOptions& options, TensorQueue& queue)
-    : comm_(comm), rank_(rank), size_(size), options_(options), queue_(queue), cache_(options.cache_capacity),
+Controller::Controller(MPI_Comm comm, int rank, int size, const ControllerOptions& options,
+                       TensorQueue& queue)
+    : comm_(comm),
+      rank_(rank),
+      size_(size),
+      options_(options),
+      queue_(queue),
+      cache_(options.cache_capacity),
       cache_words_((options.cache_capacity + 63) / 64) {}
 
 void Controller::classify(Request&& r) {
@@ -39,8 +45,9 @@ void Controller::classify(Request&& r) {
     switch (cache_.lookup(r, &pos)) {
       case ResponseCache::Lookup::kHit: {
         // Patience counts from the user's submission, not from this cycle.
-        const auto since = r.submitted == std::chrono::steady_clock::time_point{} ? std::chrono::steady_clock::now()
-                                                                                 : r.submitted;
+        const auto since = r.submitted == std::chrono::steady_clock::time_point{}
+                               ? std::chrono::steady_clock::now()
+                               : r.submitted;
         cached_pending_.emplace(pos, PendingHit{std::move(r), since});
         return;
       }
@@ -67,11 +74,13 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
   if (cache_.capacity() > 0 && !joined_) {
     uint32_t pos = 0;
     for (const auto& r : fresh)
-      if (!r.group.empty() && cache_.lookup(r, &pos) != ResponseCache::Lookup::kHit) slow_groups.insert(r.group);
+      if (!r.group.empty() && cache_.lookup(r, &pos) != ResponseCache::Lookup::kHit)
+        slow_groups.insert(r.group);
   }
   for (auto& r : fresh) {
     uint32_t pos = 0;
-    if (!r.group.empty() && slow_groups.count(r.group) && cache_.lookup(r, &pos) == ResponseCache::Lookup::kHit) {
+    if (!r.group.empty() && slow_groups.count(r.group) &&
+        cache_.lookup(r, &pos) == ResponseCache::Lookup::kHit) {
       invalid_positions_.push_back(pos);
       uncached_.push_back(std::move(r));
       continue;
@@ -82,7 +91,8 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
   // stall inspector sees them.
   const auto now = std::chrono::steady_clock::now();
   for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
-    if (std::chrono::duration<double>(now - it->second.since).count() > options_.fast_path_patience_seconds) {
+    if (std::chrono::duration<double>(now - it->second.since).count() >
+        options_.fast_path_patience_seconds) {
       invalid_positions_.push_back(it->first);
       uncached_.push_back(std::move(it->second.request));
       it = cached_pending_.erase(it);
@@ -101,7 +111,8 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
   if (!joined_)
     for (const auto& [pos, hit] : cached_pending_) bits[1 + pos / 64] |= uint64_t{1} << (pos % 64);
   for (size_t w = 0; w < cache_words_; ++w) bits[1 + cache_words_ + w] = ~uint64_t{0};
-  for (uint32_t pos : invalid_positions_) bits[1 + cache_words_ + pos / 64] &= ~(uint64_t{1} << (pos % 64));
+  for (uint32_t pos : invalid_positions_)
+    bits[1 + cache_words_ + pos / 64] &= ~(uint64_t{1} << (pos % 64));
   invalid_positions_.clear();
   exchange_bits(bits);
 
@@ -150,14 +161,16 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
       if (r.contributors == size_) cache_.put(r);
     // A put may have evicted an entry another rank's pending hit still waits on: re-check.
     for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
-      if (!cache_.occupied(it->first) || cache_.get(it->first).names[0] != it->second.request.name) {
+      if (!cache_.occupied(it->first) ||
+          cache_.get(it->first).names[0] != it->second.request.name) {
         uncached_.push_back(std::move(it->second.request));
         it = cached_pending_.erase(it);
       } else {
         ++it;
       }
     }
-    ready.insert(ready.end(), std::make_move_iterator(slow.begin()), std::make_move_iterator(slow.end()));
+    ready.insert(ready.end(), std::make_move_iterator(slow.begin()),
+                 std::make_move_iterator(slow.end()));
   }
   FusionOptions fo;
   fo.threshold_bytes = options_.fusion_threshold_bytes;
@@ -186,9 +199,10 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
   // The other ranks give rank 0 a little longer than rank 0 gives them: when a rank is lost, rank
   // 0 (which may have entered this cycle a little later) names it to everyone before they would
   // wrongly blame rank 0.
-  const double patience = options_.peer_timeout_seconds + (rank_ == 0 ? 0.0 : kCoordinatorGraceSeconds);
-  auto deadline =
-      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(patience));
+  const double patience =
+      options_.peer_timeout_seconds + (rank_ == 0 ? 0.0 : kCoordinatorGraceSeconds);
+  auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                     std::chrono::duration<double>(patience));
   auto wait_all = [&](std::vector<MPI_Request>& reqs) {
     // Polls until every request completes or the deadline passes; returns the unfinished indices.
     std::vector<int> done(reqs.size(), 0);
@@ -223,20 +237,24 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
   auto lost_message = [&](const std::vector<int>& lost, double waited) {
     std::string ranks;
     for (size_t i = 0; i < lost.size(); ++i) ranks += (i ? ", " : "") + std::to_string(lost[i]);
-    return "rank" + std::string(lost.size() == 1 ? " " : "s ") + ranks + (lost.size() == 1 ? " was" : " were") +
-           " lost: no word from " + (lost.size() == 1 ? "it" : "them") + " for " +
-           std::to_string(static_cast<int>(waited)) +
-           " s (HVD_PEER_TIMEOUT_SECONDS). The process died or its node's network failed; see that rank's log and "
+    return "rank" + std::string(lost.size() == 1 ? " " : "s ") + ranks +
+           (lost.size() == 1 ? " was" : " were") + " lost: no word from " +
+           (lost.size() == 1 ? "it" : "them") + " for " + std::to_string(static_cast<int>(waited)) +
+           " s (HVD_PEER_TIMEOUT_SECONDS). The process died or its node's network failed; see that "
+           "rank's log and "
            "the launcher's message.";
   };
   if (rank_ == 0) {
     std::vector<std::vector<uint64_t>> in(size_, std::vector<uint64_t>(n));
     std::vector<MPI_Request> reqs(size_ - 1);
-    for (int r = 1; r < size_; ++r) MPI_CHECK(MPI_Irecv(in[r].data(), n, MPI_UINT64_T, r, kTag, comm_, &reqs[r - 1]));
+    for (int r = 1; r < size_; ++r)
+      MPI_CHECK(MPI_Irecv(in[r].data(), n, MPI_UINT64_T, r, kTag, comm_, &reqs[r - 1]));
     const auto entered = clock::now();
     std::vector<int> missing = wait_all(reqs);
-    HVD_LOG(Trace) << "bit exchange: waited " << std::chrono::duration<double>(clock::now() - entered).count()
-                   << " s for " << size_ - 1 - static_cast<int>(missing.size()) << " of " << size_ - 1 << " ranks";
+    HVD_LOG(Trace) << "bit exchange: waited "
+                   << std::chrono::duration<double>(clock::now() - entered).count() << " s for "
+                   << size_ - 1 - static_cast<int>(missing.size()) << " of " << size_ - 1
+                   << " ranks";
     // Silence is not death: a rank on an overloaded node (or under a sanitizer) can miss the
     // deadline while alive. Ask the silent ranks' watchdogs; those that answer get another
     // timeout, as often as it takes (a rank stuck for good ends itself through its own watchdog
@@ -245,9 +263,12 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
     while (!missing.empty() && options_.unresponsive) {
       std::vector<int> silent;
       for (int i : missing) silent.push_back(i + 1);
-      HVD_LOG(Debug) << rank_list(silent) << " silent for " << waited << " s: asking their watchdogs";
+      HVD_LOG(Debug) << rank_list(silent) << " silent for " << waited
+                     << " s: asking their watchdogs";
       const std::vector<int> dead = options_.unresponsive(silent);
-      HVD_LOG(Debug) << "liveness probe: " << (dead.empty() ? "every silent rank answered" : rank_list(dead) + " did not answer");
+      HVD_LOG(Debug) << "liveness probe: "
+                     << (dead.empty() ? "every silent rank answered"
+                                      : rank_list(dead) + " did not answer");
       if (!dead.empty()) {
         missing.clear();
         for (int r : dead) missing.push_back(r - 1);
@@ -260,7 +281,8 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
                        << options_.peer_timeout_seconds << " s more (HVD_PEER_TIMEOUT_SECONDS).";
       deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
                                     std::chrono::duration<double>(options_.peer_timeout_seconds));
-      missing = wait_all(reqs);  // completed requests are MPI_REQUEST_NULL now: they test done at once
+      missing =
+          wait_all(reqs);  // completed requests are MPI_REQUEST_NULL now: they test done at once
       waited += options_.peer_timeout_seconds;
     }
     std::vector<uint64_t> reply(n + 2, 0);
@@ -287,7 +309,8 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
     for (int r = 1; r < size_; ++r) {
       if (std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
       pending.requests.emplace_back();
-      MPI_CHECK(MPI_Isend(pending.buffer.data(), n + 2, MPI_UINT64_T, r, kTag, comm_, &pending.requests.back()));
+      MPI_CHECK(MPI_Isend(pending.buffer.data(), n + 2, MPI_UINT64_T, r, kTag, comm_,
+                          &pending.requests.back()));
     }
     if (!lost.empty()) {
       // The survivors should read who was lost before this rank ends: a short, bounded wait.
@@ -313,13 +336,15 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
   while (!missing.empty() && options_.unresponsive && options_.unresponsive({0}).empty()) {
     deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
                                   std::chrono::duration<double>(options_.peer_timeout_seconds));
-    missing = wait_all(reqs);  // completed requests are MPI_REQUEST_NULL now: they test done at once
+    missing =
+        wait_all(reqs);  // completed requests are MPI_REQUEST_NULL now: they test done at once
     waited += options_.peer_timeout_seconds;
   }
   if (!missing.empty())
     throw CommunicationError(lost_message({0}, waited) + " Rank 0 coordinates every cycle.");
   if (reply[0] == kLost)
-    throw CommunicationError(lost_message({static_cast<int>(reply[1])}, options_.peer_timeout_seconds));
+    throw CommunicationError(
+        lost_message({static_cast<int>(reply[1])}, options_.peer_timeout_seconds));
   std::copy(reply.begin() + 2, reply.end(), bits.begin());
 }
 
@@ -335,7 +360,8 @@ void Controller::reap_replies() {
 
 void Controller::finish(double seconds) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  for (reap_replies(); !replies_.empty() && std::chrono::steady_clock::now() < until; reap_replies())
+  for (reap_replies(); !replies_.empty() && std::chrono::steady_clock::now() < until;
+       reap_replies())
     std::this_thread::sleep_for(std::chrono::microseconds(100));
 }
 
@@ -358,11 +384,13 @@ std::vector<Response> Controller::slow_path() {
     }
     all.resize(static_cast<size_t>(total));
   }
-  MPI_CHECK(MPI_Gatherv(mine.data(), my_len, MPI_BYTE, all.data(), lens.data(), displs.data(), MPI_BYTE, 0, comm_));
+  MPI_CHECK(MPI_Gatherv(mine.data(), my_len, MPI_BYTE, all.data(), lens.data(), displs.data(),
+                        MPI_BYTE, 0, comm_));
 
   std::string out;
   if (rank_ == 0) {
-    for (int r = 0; r < size_; ++r) coordinator_add(parse_requests(all.data() + displs[r], static_cast<size_t>(lens[r])));
+    for (int r = 0; r < size_; ++r)
+      coordinator_add(parse_requests(all.data() + displs[r], static_cast<size_t>(lens[r])));
     out = serialize_responses(coordinator_ready());
   }
   uint64_t out_len = out.size();
@@ -393,9 +421,11 @@ void Controller::coordinator_add(std::vector<Request>&& requests) {
     }
     if (r.rank < 0 || r.rank >= size_ || e.requests[r.rank].rank != -1) continue;
     // The stall clock starts at the first submission on any rank (the sender says how long ago).
-    const double waited = std::isfinite(r.waited_seconds) ? std::clamp(r.waited_seconds, 0.0, 1e7) : 0.0;
-    e.first_seen = std::min(e.first_seen, now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                    std::chrono::duration<double>(waited)));
+    const double waited =
+        std::isfinite(r.waited_seconds) ? std::clamp(r.waited_seconds, 0.0, 1e7) : 0.0;
+    e.first_seen = std::min(e.first_seen,
+                            now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>(waited)));
     ++e.count;
     e.requests[r.rank] = std::move(r);
   }
@@ -421,7 +451,8 @@ std::vector<Response> Controller::coordinator_ready() {
     err.type = ResponseType::kError;
     err.names = {name};
     err.shapes = {any ? any->shape : std::vector<int64_t>{}};
-    err.error = std::string(any ? request_type_name(any->type) : "collective") + " of '" + name + "' failed: " + message;
+    err.error = std::string(any ? request_type_name(any->type) : "collective") + " of '" + name +
+                "' failed: " + message;
     out.push_back(std::move(err));
     table_.erase(it);
     arrival_.erase(std::remove(arrival_.begin(), arrival_.end(), name), arrival_.end());
@@ -440,7 +471,8 @@ std::vector<Response> Controller::coordinator_ready() {
   for (const auto& name : arrival_) {
     TableEntry& e = table_[name];
     bool ready = true;
-    for (int r = 0; r < size_ && ready; ++r) ready = e.requests[r].rank != -1 || joined_ranks_.count(r);
+    for (int r = 0; r < size_ && ready; ++r)
+      ready = e.requests[r].rank != -1 || joined_ranks_.count(r);
     if (!ready) {
       still.push_back(name);
       continue;
@@ -526,44 +558,56 @@ Response Controller::build_response(const std::string& name) {
   for (const Request* q : reqs) {
     const Request& b = *q;
     if (b.type != a.type)
-      return fail(who(b) + " called " + request_type_name(b.type) + ", " + who(a) + " called " + op +
-                  ". Every rank must call the same collective for '" + name + "'.");
+      return fail(who(b) + " called " + request_type_name(b.type) + ", " + who(a) + " called " +
+                  op + ". Every rank must call the same collective for '" + name + "'.");
     if (b.dtype != a.dtype)
-      return fail(who(b) + " sent dtype " + dtype_name(b.dtype) + ", " + who(a) + " sent " + dtype_name(a.dtype) +
-                  ". Every rank must pass the same dtype for '" + name + "'.");
+      return fail(who(b) + " sent dtype " + dtype_name(b.dtype) + ", " + who(a) + " sent " +
+                  dtype_name(a.dtype) + ". Every rank must pass the same dtype for '" + name +
+                  "'.");
     if (b.device.kind != a.device.kind)
       return fail(who(b) + " sent a " + device_name(b.device) + " tensor, " + who(a) + " a " +
-                  device_name(a.device) + " tensor. Every rank must pass '" + name + "' on the same kind of device.");
+                  device_name(a.device) + " tensor. Every rank must pass '" + name +
+                  "' on the same kind of device.");
     bool first_free = a.type == RequestType::kAllgather || a.type == RequestType::kAlltoall;
-    bool shape_ok = first_free ? (b.shape.size() == a.shape.size() &&
-                                  std::equal(b.shape.begin() + (b.shape.empty() ? 0 : 1), b.shape.end(),
-                                             a.shape.begin() + (a.shape.empty() ? 0 : 1)))
-                               : b.shape == a.shape;
+    bool shape_ok = first_free
+                        ? (b.shape.size() == a.shape.size() &&
+                           std::equal(b.shape.begin() + (b.shape.empty() ? 0 : 1), b.shape.end(),
+                                      a.shape.begin() + (a.shape.empty() ? 0 : 1)))
+                        : b.shape == a.shape;
     if (!shape_ok)
-      return fail(who(b) + " sent shape " + shape_string(b.shape) + ", " + who(a) + " sent " + shape_string(a.shape) +
-                  (first_free ? ". Only the first dimension may differ between ranks for " + op + "."
-                              : ". Every rank must pass the same shape for '" + name + "'."));
+      return fail(who(b) + " sent shape " + shape_string(b.shape) + ", " + who(a) + " sent " +
+                  shape_string(a.shape) +
+                  (first_free
+                       ? ". Only the first dimension may differ between ranks for " + op + "."
+                       : ". Every rank must pass the same shape for '" + name + "'."));
     if (a.type == RequestType::kAllreduce || a.type == RequestType::kReducescatter) {
       if (b.reduce_op != a.reduce_op)
-        return fail(who(b) + " asked for reduce op " + reduce_op_name(b.reduce_op) + ", " + who(a) + " for " +
-                    reduce_op_name(a.reduce_op) + ". Every rank must use the same reduce op for '" + name + "'.");
+        return fail(who(b) + " asked for reduce op " + reduce_op_name(b.reduce_op) + ", " + who(a) +
+                    " for " + reduce_op_name(a.reduce_op) +
+                    ". Every rank must use the same reduce op for '" + name + "'.");
       if (b.prescale != a.prescale || b.postscale != a.postscale)
-        return fail(who(b) + " sent prescale " + fmt_double(b.prescale) + " and postscale " + fmt_double(b.postscale) +
-                    ", " + who(a) + " sent prescale " + fmt_double(a.prescale) + " and postscale " +
-                    fmt_double(a.postscale) + ". Every rank must use the same scale factors for '" + name + "'.");
+        return fail(who(b) + " sent prescale " + fmt_double(b.prescale) + " and postscale " +
+                    fmt_double(b.postscale) + ", " + who(a) + " sent prescale " +
+                    fmt_double(a.prescale) + " and postscale " + fmt_double(a.postscale) +
+                    ". Every rank must use the same scale factors for '" + name + "'.");
     }
     if (a.type == RequestType::kBroadcast && b.root != a.root)
       return fail(who(b) + " gave root " + std::to_string(b.root) + ", " + who(a) + " gave root " +
-                  std::to_string(a.root) + ". Every rank must name the same root for '" + name + "'.");
+                  std::to_string(a.root) + ". Every rank must name the same root for '" + name +
+                  "'.");
     if (b.group != a.group || b.group_size != a.group_size)
-      return fail(who(b) + " submitted it in group '" + b.group + "' of " + std::to_string(b.group_size) + ", " +
-                  who(a) + " in group '" + a.group + "' of " + std::to_string(a.group_size) + ".");
+      return fail(who(b) + " submitted it in group '" + b.group + "' of " +
+                  std::to_string(b.group_size) + ", " + who(a) + " in group '" + a.group + "' of " +
+                  std::to_string(a.group_size) + ".");
   }
   if (!joined_ranks_.empty()) {
     if (a.type == RequestType::kBroadcast && e.requests[a.root].rank == -1)
-      return fail("its root rank " + std::to_string(a.root) + " has already called join(), so it has no data to send.");
+      return fail("its root rank " + std::to_string(a.root) +
+                  " has already called join(), so it has no data to send.");
     if (a.type == RequestType::kAlltoall && static_cast<int>(reqs.size()) < size_)
-      return fail("alltoall cannot run while ranks have called join(); call it before join() on every rank.");
+      return fail(
+          "alltoall cannot run while ranks have called join(); call it before join() on every "
+          "rank.");
   }
   if (a.type == RequestType::kAllgather) {
     resp.first_dims.assign(size_, 0);

@@ -61,7 +61,8 @@ inline constexpr const char* kShutdownNotice = "__hvd.shutdown";
 
 class Controller {
  public:
-  Controller(MPI_Comm comm, int rank, int size, const ControllerOptions& options, TensorQueue& queue);
+  Controller(MPI_Comm comm, int rank, int size, const ControllerOptions& options,
+             TensorQueue& queue);
 
   // Runs one cycle. `shutdown_requested`: this rank wants to stop. On return, *shutdown tells
   // whether any rank asked (then every rank stops after executing the returned responses).
@@ -79,7 +80,8 @@ class Controller {
   std::vector<Stall> stalled(double older_than_seconds) const;
   // Rank 0: fail these tensors on every rank that submitted them (on the next slow path), and
   // tell every rank why hvd is shutting down (an error response named kShutdownNotice).
-  void fail_stalled(const std::vector<std::pair<std::string, std::string>>& failures, const std::string& shutdown_reason);
+  void fail_stalled(const std::vector<std::pair<std::string, std::string>>& failures,
+                    const std::string& shutdown_reason);
 
  private:
   void classify(Request&& r);

@@ -19,7 +19,8 @@ bool compatible(const Response& a, const Response& b) {
 
 // Moves r's names and shapes to the end of into's (r is left without them).
 void append(Response& into, Response& r) {
-  into.names.insert(into.names.end(), std::make_move_iterator(r.names.begin()), std::make_move_iterator(r.names.end()));
+  into.names.insert(into.names.end(), std::make_move_iterator(r.names.begin()),
+                    std::make_move_iterator(r.names.end()));
   into.shapes.insert(into.shapes.end(), std::make_move_iterator(r.shapes.begin()),
                      std::make_move_iterator(r.shapes.end()));
 }

@@ -37,10 +37,14 @@ std::pair<ErrorKind, std::string> classify(const std::exception& e) {
 
 void throw_error(ErrorKind kind, const std::string& message) {
   switch (kind) {
-    case ErrorKind::kInvalidArgument: throw InvalidArgumentError(message);
-    case ErrorKind::kCommunication: throw CommunicationError(message);
-    case ErrorKind::kInternal: throw InternalError(message);
-    default: throw Error(message);
+    case ErrorKind::kInvalidArgument:
+      throw InvalidArgumentError(message);
+    case ErrorKind::kCommunication:
+      throw CommunicationError(message);
+    case ErrorKind::kInternal:
+      throw InternalError(message);
+    default:
+      throw Error(message);
   }
 }
 
@@ -50,7 +54,9 @@ namespace hvd {
 
 namespace {
 detail::HandleState& state_of(const std::shared_ptr<detail::HandleState>& s) {
-  if (!s) throw InvalidArgumentError("this hvd::Handle is empty: it was default-constructed, not returned by a collective.");
+  if (!s)
+    throw InvalidArgumentError(
+        "this hvd::Handle is empty: it was default-constructed, not returned by a collective.");
   return *s;
 }
 }  // namespace

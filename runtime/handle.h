@@ -30,8 +30,8 @@ struct HandleState {
   bool done = false;
   ErrorKind error_kind = ErrorKind::kNone;
   std::string error;
-  Tensor output;                          // allgather / alltoall / reducescatter result
-  std::vector<int64_t> received_splits;   // alltoall
+  Tensor output;                         // allgather / alltoall / reducescatter result
+  std::vector<int64_t> received_splits;  // alltoall
   int join_result = -1;
 };
 

@@ -15,11 +15,16 @@ std::atomic<int> g_rank{-1};
 
 const char* level_name(LogLevel l) {
   switch (l) {
-    case LogLevel::kTrace: return "TRACE";
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kWarning: return "WARNING";
-    case LogLevel::kError: return "ERROR";
+    case LogLevel::kTrace:
+      return "TRACE";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarning:
+      return "WARNING";
+    case LogLevel::kError:
+      return "ERROR";
   }
   return "?";
 }
@@ -32,15 +37,19 @@ LogLevel parse_log_level(const std::string& name) {
   if (name == "info") return LogLevel::kInfo;
   if (name == "warning") return LogLevel::kWarning;
   if (name == "error") return LogLevel::kError;
-  throw InvalidArgumentError("log level '" + name + "' is not valid: expected trace, debug, info, warning or error.");
+  throw InvalidArgumentError("log level '" + name +
+                             "' is not valid: expected trace, debug, info, warning or error.");
 }
 
 void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
 LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
 void set_log_rank(int rank) { g_rank = rank; }
-bool log_enabled(LogLevel level) { return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed); }
+bool log_enabled(LogLevel level) {
+  return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed);
+}
 
-LogMessage::LogMessage(LogLevel level, const char* file, int line) : level_(level), file_(file), line_(line) {}
+LogMessage::LogMessage(LogLevel level, const char* file, int line)
+    : level_(level), file_(file), line_(line) {}
 
 LogMessage::~LogMessage() {
   using namespace std::chrono;
@@ -60,7 +69,8 @@ LogMessage::~LogMessage() {
     std::snprintf(prefix, sizeof(prefix), "[%s.%03d] [hvd rank %d] %s %s:%d: ", stamp, ms, rank,
                   level_name(level_), base, line_);
   else
-    std::snprintf(prefix, sizeof(prefix), "[%s.%03d] [hvd] %s %s:%d: ", stamp, ms, level_name(level_), base, line_);
+    std::snprintf(prefix, sizeof(prefix), "[%s.%03d] [hvd] %s %s:%d: ", stamp, ms,
+                  level_name(level_), base, line_);
   std::string line = std::string(prefix) + stream_.str() + "\n";
   FILE* out = level_ >= LogLevel::kWarning ? stderr : stdout;
   std::fwrite(line.data(), 1, line.size(), out);

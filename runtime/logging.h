@@ -40,7 +40,8 @@ struct LogVoidify {
 };
 }  // namespace hvd
 
-#define HVD_LOG(level)                                     \
-  !::hvd::log_enabled(::hvd::LogLevel::k##level)           \
-      ? (void)0                                            \
-      : ::hvd::LogVoidify() & ::hvd::LogMessage(::hvd::LogLevel::k##level, __FILE__, __LINE__).stream()
+#define HVD_LOG(level)                           \
+  !::hvd::log_enabled(::hvd::LogLevel::k##level) \
+      ? (void)0                                  \
+      : ::hvd::LogVoidify() &                    \
+            ::hvd::LogMessage(::hvd::LogLevel::k##level, __FILE__, __LINE__).stream()

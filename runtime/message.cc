@@ -61,14 +61,17 @@ class Reader {
   void need(uint64_t n) {
     if (n > static_cast<uint64_t>(end_ - p_)) fail();
   }
-  [[noreturn]] void fail() { throw InternalError("corrupt negotiation message (truncated); please report this"); }
+  [[noreturn]] void fail() {
+    throw InternalError("corrupt negotiation message (truncated); please report this");
+  }
   const char* p_;
   const char* end_;
 };
 
 Device::Kind device_kind(int32_t v) {
   if (v != Device::kCPU && v != Device::kCUDA)
-    throw InternalError("corrupt negotiation message (device kind " + std::to_string(v) + "); please report this");
+    throw InternalError("corrupt negotiation message (device kind " + std::to_string(v) +
+                        "); please report this");
   return static_cast<Device::Kind>(v);
 }
 
@@ -76,13 +79,20 @@ Device::Kind device_kind(int32_t v) {
 
 const char* request_type_name(RequestType t) {
   switch (t) {
-    case RequestType::kAllreduce: return "allreduce";
-    case RequestType::kAllgather: return "allgather";
-    case RequestType::kBroadcast: return "broadcast";
-    case RequestType::kAlltoall: return "alltoall";
-    case RequestType::kReducescatter: return "reducescatter";
-    case RequestType::kBarrier: return "barrier";
-    case RequestType::kJoin: return "join";
+    case RequestType::kAllreduce:
+      return "allreduce";
+    case RequestType::kAllgather:
+      return "allgather";
+    case RequestType::kBroadcast:
+      return "broadcast";
+    case RequestType::kAlltoall:
+      return "alltoall";
+    case RequestType::kReducescatter:
+      return "reducescatter";
+    case RequestType::kBarrier:
+      return "barrier";
+    case RequestType::kJoin:
+      return "join";
   }
   return "unknown";
 }
@@ -137,7 +147,8 @@ std::string serialize_requests(const std::vector<Request>& requests) {
 std::vector<Request> parse_requests(const char* data, size_t size) {
   Reader rd(data, size);
   uint64_t n = rd.pod<uint64_t>();
-  if (n > size) throw InternalError("corrupt negotiation message (request count); please report this");
+  if (n > size)
+    throw InternalError("corrupt negotiation message (request count); please report this");
   std::vector<Request> out(n);
   for (auto& r : out) {
     r.rank = rd.pod<int32_t>();
@@ -186,16 +197,19 @@ std::string serialize_responses(const std::vector<Response>& responses) {
 std::vector<Response> parse_responses(const char* data, size_t size) {
   Reader rd(data, size);
   uint64_t n = rd.pod<uint64_t>();
-  if (n > size) throw InternalError("corrupt negotiation message (response count); please report this");
+  if (n > size)
+    throw InternalError("corrupt negotiation message (response count); please report this");
   std::vector<Response> out(n);
   for (auto& r : out) {
     r.type = rd.pod<ResponseType>();
     uint64_t names = rd.pod<uint64_t>();
-    if (names > size) throw InternalError("corrupt negotiation message (name count); please report this");
+    if (names > size)
+      throw InternalError("corrupt negotiation message (name count); please report this");
     r.names.resize(names);
     for (auto& s : r.names) s = rd.str();
     uint64_t shapes = rd.pod<uint64_t>();
-    if (shapes > size) throw InternalError("corrupt negotiation message (shape count); please report this");
+    if (shapes > size)
+      throw InternalError("corrupt negotiation message (shape count); please report this");
     r.shapes.resize(shapes);
     for (auto& s : r.shapes) s = rd.dims();
     r.first_dims = rd.dims();

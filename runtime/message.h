@@ -15,7 +15,15 @@
 
 namespace hvd {
 
-enum class RequestType : uint8_t { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kBarrier, kJoin };
+enum class RequestType : uint8_t {
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReducescatter,
+  kBarrier,
+  kJoin
+};
 const char* request_type_name(RequestType t);  // "allreduce", ...
 
 struct Request {
@@ -40,7 +48,16 @@ struct Request {
   std::chrono::steady_clock::time_point submitted{};
 };
 
-enum class ResponseType : uint8_t { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kBarrier, kJoin, kError };
+enum class ResponseType : uint8_t {
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReducescatter,
+  kBarrier,
+  kJoin,
+  kError
+};
 const char* response_type_name(ResponseType t);
 
 struct Response {
@@ -55,10 +72,10 @@ struct Response {
   int32_t root = -1;
   double prescale = 1.0;
   double postscale = 1.0;
-  int32_t contributors = 0;     // ranks that contribute data (size minus joined ranks)
+  int32_t contributors = 0;       // ranks that contribute data (size minus joined ranks)
   int32_t last_joined_rank = -1;  // kJoin
-  std::string group;            // members of one group are fused together
-  std::string error;            // kError: the message every rank throws
+  std::string group;              // members of one group are fused together
+  std::string error;              // kError: the message every rank throws
 };
 
 // "rank 3", "ranks 0-2, 5": runs of consecutive ranks collapsed, at most 16 runs listed (for

@@ -27,7 +27,8 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& q, uint32_t* position
 }
 
 const Response& ResponseCache::get(uint32_t position) const {
-  if (!occupied(position)) throw InternalError("response cache: no entry at position " + std::to_string(position));
+  if (!occupied(position))
+    throw InternalError("response cache: no entry at position " + std::to_string(position));
   return slots_[position]->response;
 }
 
@@ -78,7 +79,8 @@ std::vector<Response> split_response(const Response& fused) {
     r.shapes = {fused.shapes.at(i)};
     if (!fused.first_dims.empty() && fused.names.size() > 0) {
       size_t per = fused.first_dims.size() / fused.names.size();
-      r.first_dims.assign(fused.first_dims.begin() + i * per, fused.first_dims.begin() + (i + 1) * per);
+      r.first_dims.assign(fused.first_dims.begin() + i * per,
+                          fused.first_dims.begin() + (i + 1) * per);
     }
     out.push_back(std::move(r));
   }

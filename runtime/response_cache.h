@@ -47,7 +47,9 @@ class ResponseCache {
   void put(const Response& single);
   void touch(uint32_t position);
   void erase(uint32_t position);
-  bool occupied(uint32_t position) const { return position < slots_.size() && slots_[position].has_value(); }
+  bool occupied(uint32_t position) const {
+    return position < slots_.size() && slots_[position].has_value();
+  }
 
  private:
   struct Slot {

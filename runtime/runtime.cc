@@ -21,7 +21,9 @@ namespace {
 constexpr int kPingTag = 0x7001, kLostTag = 0x7002, kPongTagBase = 0x7100;
 // How long a liveness probe waits for the answers: a watchdog answers every 100 ms, so seconds are
 // only needed on an overloaded node; longer with a longer peer timeout, at most 5 s.
-double probe_window_seconds(double peer_timeout_seconds) { return std::clamp(peer_timeout_seconds / 6, 3.0, 5.0); }
+double probe_window_seconds(double peer_timeout_seconds) {
+  return std::clamp(peer_timeout_seconds / 6, 3.0, 5.0);
+}
 
 // An MPI context abandoned after a communication failure, kept reachable so that a leak checker
 // does not report it (volatile: the store must not be optimised away as dead).
@@ -29,29 +31,40 @@ ops::mpi::MpiContext* volatile g_abandoned_mpi = nullptr;
 
 const char* thread_level_name(int level) {
   switch (level) {
-    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
   }
   return "unknown";
 }
 
 ops::CollectiveType collective_of(ResponseType t) {
   switch (t) {
-    case ResponseType::kAllgather: return ops::CollectiveType::kAllgather;
-    case ResponseType::kBroadcast: return ops::CollectiveType::kBroadcast;
-    case ResponseType::kAlltoall: return ops::CollectiveType::kAlltoall;
-    case ResponseType::kReducescatter: return ops::CollectiveType::kReducescatter;
-    default: return ops::CollectiveType::kAllreduce;
+    case ResponseType::kAllgather:
+      return ops::CollectiveType::kAllgather;
+    case ResponseType::kBroadcast:
+      return ops::CollectiveType::kBroadcast;
+    case ResponseType::kAlltoall:
+      return ops::CollectiveType::kAlltoall;
+    case ResponseType::kReducescatter:
+      return ops::CollectiveType::kReducescatter;
+    default:
+      return ops::CollectiveType::kAllreduce;
   }
 }
 
 std::string names_of(const Response& r) {
   std::string s;
   for (size_t i = 0; i < r.names.size() && i < 4; ++i) s += (i ? "', '" : "") + r.names[i];
-  if (r.names.size() > 4) s += "' and " + std::to_string(r.names.size() - 4) + " more";
-  else s += "'";
+  if (r.names.size() > 4)
+    s += "' and " + std::to_string(r.names.size() - 4) + " more";
+  else
+    s += "'";
   return "'" + s;
 }
 
@@ -68,7 +81,8 @@ TestPause test_pause_from_env(int rank) {
   int r = -1;
   TestPause p;
   long at = 0;
-  if (v && std::sscanf(v, "%d:%lf:%ld", &r, &p.seconds, &at) == 3 && r == rank && p.seconds > 0) p.cycle = at;
+  if (v && std::sscanf(v, "%d:%lf:%ld", &r, &p.seconds, &at) == 3 && r == rank && p.seconds > 0)
+    p.cycle = at;
   return p;
 }
 
@@ -86,8 +100,9 @@ Runtime::Runtime(const Config& config) : config_(config) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (finalized)
-    throw InvalidArgumentError("hvd::init() failed: MPI has already been finalised in this process, and MPI cannot be "
-                               "initialised twice. Call hvd::init() before MPI_Finalize (and once per process).");
+    throw InvalidArgumentError(
+        "hvd::init() failed: MPI has already been finalised in this process, and MPI cannot be "
+        "initialised twice. Call hvd::init() before MPI_Finalize (and once per process).");
   int provided = 0;
   if (!initialized) {
     // Ranks share cores with the trainer's compute threads (and with each other when
@@ -100,9 +115,10 @@ Runtime::Runtime(const Config& config) : config_(config) {
     MPI_CHECK(MPI_Query_thread(&provided));
   }
   if (provided < MPI_THREAD_SERIALIZED)
-    throw InvalidArgumentError(std::string("hvd::init() failed: MPI was initialised with ") + thread_level_name(provided) +
-                               ", but hvd's background thread makes MPI calls. Initialise MPI with "
-                               "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let hvd::init() do it.");
+    throw InvalidArgumentError(
+        std::string("hvd::init() failed: MPI was initialised with ") + thread_level_name(provided) +
+        ", but hvd's background thread makes MPI calls. Initialise MPI with "
+        "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let hvd::init() do it.");
   mpi_ = std::make_unique<ops::mpi::MpiContext>(fake_local_size_from_env());
   set_log_rank(mpi_->topology().rank);
   if (provided < MPI_THREAD_MULTIPLE)
@@ -111,9 +127,11 @@ Runtime::Runtime(const Config& config) : config_(config) {
 
   // Cross-check the launcher's view (Open MPI, MPICH/PMI or SLURM variables) against MPI's.
   try {
-    if (auto env = cluster::resolve_placement(process_env_lookup()); env && fake_local_size_from_env() == 0) {
+    if (auto env = cluster::resolve_placement(process_env_lookup());
+        env && fake_local_size_from_env() == 0) {
       const auto& t = mpi_->topology();
-      std::string mismatch = cluster::describe_mismatch(*env, t.rank, t.size, t.local_rank, t.local_size);
+      std::string mismatch =
+          cluster::describe_mismatch(*env, t.rank, t.size, t.local_rank, t.local_size);
       if (!mismatch.empty()) HVD_LOG(Warning) << mismatch;
     }
   } catch (const std::exception& e) {
@@ -125,7 +143,8 @@ Runtime::Runtime(const Config& config) : config_(config) {
   // on one node or on nodes with different numbers of ranks), then plain MPI.
   {
     const auto& topo = mpi_->topology();
-    const cluster::GpuAssignmentInput gin{topo.local_rank, topo.local_size, ops::GpuBackend::visible_devices()};
+    const cluster::GpuAssignmentInput gin{topo.local_rank, topo.local_size,
+                                          ops::GpuBackend::visible_devices()};
     gpu_ = cluster::assign_gpu(gin, process_env_lookup());
     HVD_LOG(Debug) << "GPU: " << cluster::to_string(gpu_, gin);
     if (gpu_.device >= 0 && !gpu_.note.empty()) HVD_LOG(Warning) << gpu_.note;
@@ -138,13 +157,16 @@ Runtime::Runtime(const Config& config) : config_(config) {
     go.hierarchical = config_.hierarchical_allreduce;
     go.fp16_compression = config_.compression == "fp16";
     if (gpu_.device >= 0 && config_.gpu_operations != "MPI" && shared && topo.rank == 0)
-      HVD_LOG(Warning) << "several ranks share a GPU: CUDA tensors go through host-staged MPI instead of NCCL.";
+      HVD_LOG(Warning)
+          << "several ranks share a GPU: CUDA tensors go through host-staged MPI instead of NCCL.";
     gpu_backend_ = std::make_unique<ops::GpuBackend>(*mpi_, fusion_buffer_, go);
     gpu_backend_->register_ops(op_manager_);
     if (config_.hierarchical_allreduce)
-      op_manager_.add(std::make_unique<ops::hierarchical::MpiHierarchicalAllreduce>(*mpi_, fusion_buffer_));
+      op_manager_.add(
+          std::make_unique<ops::hierarchical::MpiHierarchicalAllreduce>(*mpi_, fusion_buffer_));
   }
-  mpi_->set_compression(ops::mpi::parse_compression(config_.compression));  // HVD_COMPRESSION (CPU, staged)
+  mpi_->set_compression(
+      ops::mpi::parse_compression(config_.compression));  // HVD_COMPRESSION (CPU, staged)
   op_manager_.add(std::make_unique<ops::mpi::MpiAllreduce>(*mpi_, fusion_buffer_));
   op_manager_.add(std::make_unique<ops::mpi::MpiAllgather>(*mpi_));
   op_manager_.add(std::make_unique<ops::mpi::MpiBroadcast>(*mpi_));
@@ -171,8 +193,9 @@ Runtime::Runtime(const Config& config) : config_(config) {
   }
   const auto& topo = mpi_->topology();
   controller_ = std::make_unique<Controller>(mpi_->world(), topo.rank, topo.size, co, queue_);
-  HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local " << topo.local_rank << "/"
-                 << topo.local_size << ", cross " << topo.cross_rank << "/" << topo.cross_size
+  HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local "
+                 << topo.local_rank << "/" << topo.local_size << ", cross " << topo.cross_rank
+                 << "/" << topo.cross_size
                  << (topo.homogeneous ? ", homogeneous" : ", not homogeneous");
   if (mpi_->topology().size > 1 && provided >= MPI_THREAD_MULTIPLE)
     MPI_CHECK(MPI_Comm_dup(mpi_->world(), &probe_comm_));  // the watchdog's liveness probes
@@ -185,7 +208,8 @@ Runtime::Runtime(const Config& config) : config_(config) {
 // `while_waiting` runs between polls (the watchdog answers pings meanwhile). Callable from the
 // watchdog and from the background thread at once: every probe has its own round, and the answer's
 // tag carries it. Requests to ranks that did not answer are left pending (the process ends next).
-std::vector<int> Runtime::probe_peers(const std::vector<int>& targets, const std::function<void()>& while_waiting) {
+std::vector<int> Runtime::probe_peers(const std::vector<int>& targets,
+                                      const std::function<void()>& while_waiting) {
   using namespace std::chrono;
   const int round = probe_round_.fetch_add(1) + 1;
   const size_t n = targets.size();
@@ -193,18 +217,21 @@ std::vector<int> Runtime::probe_peers(const std::vector<int>& targets, const std
   std::vector<MPI_Request> sends(n, MPI_REQUEST_NULL), recvs(n, MPI_REQUEST_NULL);
   std::vector<bool> answered(n, false), failed(n, false);
   for (size_t i = 0; i < n; ++i) {
-    if (MPI_Irecv(nullptr, 0, MPI_INT, targets[i], kPongTagBase + (round & 0xFFF), probe_comm_, &recvs[i]) !=
-            MPI_SUCCESS ||
-        MPI_Isend(&payload[i], 1, MPI_INT, targets[i], kPingTag, probe_comm_, &sends[i]) != MPI_SUCCESS)
+    if (MPI_Irecv(nullptr, 0, MPI_INT, targets[i], kPongTagBase + (round & 0xFFF), probe_comm_,
+                  &recvs[i]) != MPI_SUCCESS ||
+        MPI_Isend(&payload[i], 1, MPI_INT, targets[i], kPingTag, probe_comm_, &sends[i]) !=
+            MPI_SUCCESS)
       failed[i] = true;  // counts as no answer
   }
-  const auto until = steady_clock::now() + duration<double>(probe_window_seconds(config_.peer_timeout_seconds));
+  const auto until =
+      steady_clock::now() + duration<double>(probe_window_seconds(config_.peer_timeout_seconds));
   while (steady_clock::now() < until) {
     bool all = true;
     for (size_t i = 0; i < n; ++i) {
       if (!answered[i] && !failed[i]) {
         int done = 0;
-        if (MPI_Test(&recvs[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done) answered[i] = true;
+        if (MPI_Test(&recvs[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
+          answered[i] = true;
       }
       all = all && answered[i];
     }
@@ -229,7 +256,8 @@ void Runtime::announce_lost(const std::vector<int>& lost) {
   for (int r = 0; r < size; ++r) {
     if (r == me || std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
     notes.emplace_back(MPI_REQUEST_NULL);
-    MPI_Isend(lost.data(), static_cast<int>(lost.size()), MPI_INT, r, kLostTag, probe_comm_, &notes.back());
+    MPI_Isend(lost.data(), static_cast<int>(lost.size()), MPI_INT, r, kLostTag, probe_comm_,
+              &notes.back());
   }
   const auto until = steady_clock::now() + milliseconds(500);
   for (int all = 0; !all && steady_clock::now() < until;) {
@@ -253,7 +281,7 @@ void Runtime::watchdog() {
   const int64_t timeout_ns = static_cast<int64_t>(config_.peer_timeout_seconds * 1e9);
   const int64_t limit_ns = probe_comm_ != MPI_COMM_NULL ? timeout_ns : timeout_ns + 5'000'000'000;
   std::vector<MPI_Request> pongs;  // answers being sent (empty messages: the tag says the round)
-  int64_t next_probe_ns = 0;  // per op: when to probe (again)
+  int64_t next_probe_ns = 0;       // per op: when to probe (again)
   int64_t probed_op = 0;
 
   // Answers every ping waiting on probe_comm_ (each ping carries its round; the answer's tag says it).
@@ -262,11 +290,15 @@ void Runtime::watchdog() {
     for (int i = 0; i < 64; ++i) {
       int flag = 0;
       MPI_Status st;
-      if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, probe_comm_, &flag, &st) != MPI_SUCCESS || !flag) break;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, probe_comm_, &flag, &st) != MPI_SUCCESS || !flag)
+        break;
       int r = 0;
-      if (MPI_Recv(&r, 1, MPI_INT, st.MPI_SOURCE, kPingTag, probe_comm_, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+      if (MPI_Recv(&r, 1, MPI_INT, st.MPI_SOURCE, kPingTag, probe_comm_, MPI_STATUS_IGNORE) !=
+          MPI_SUCCESS)
+        break;
       pongs.emplace_back(MPI_REQUEST_NULL);
-      MPI_Isend(nullptr, 0, MPI_INT, st.MPI_SOURCE, kPongTagBase + (r & 0xFFF), probe_comm_, &pongs.back());
+      MPI_Isend(nullptr, 0, MPI_INT, st.MPI_SOURCE, kPongTagBase + (r & 0xFFF), probe_comm_,
+                &pongs.back());
     }
     // A lost-rank notice from a rank that found a peer gone: the job cannot go on. A background
     // thread in the negotiation gets the same news from rank 0 and stops with an error the program
@@ -277,25 +309,29 @@ void Runtime::watchdog() {
       int count = 0;
       MPI_Get_count(&st, MPI_INT, &count);
       std::vector<int> lost(static_cast<size_t>(std::max(count, 0)));
-      MPI_Recv(lost.data(), count, MPI_INT, st.MPI_SOURCE, kLostTag, probe_comm_, MPI_STATUS_IGNORE);
+      MPI_Recv(lost.data(), count, MPI_INT, st.MPI_SOURCE, kLostTag, probe_comm_,
+               MPI_STATUS_IGNORE);
       const auto until = steady_clock::now() + seconds(1);
       while (!stopped_.load() && op_started_ns_.load() == 0 && steady_clock::now() < until)
         std::this_thread::sleep_for(milliseconds(10));
       if (!stopped_.load()) {
         std::string ranks;
         for (int r : lost) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-        HVD_LOG(Error) << "rank" << (lost.size() > 1 ? "s " : " ") << ranks << (lost.size() > 1 ? " were" : " was")
-                       << " lost: rank " << st.MPI_SOURCE << " had no answer from " << (lost.size() > 1 ? "them" : "it")
-                       << " for HVD_PEER_TIMEOUT_SECONDS=" << config_.peer_timeout_seconds
-                       << " s. The process died or its node's network failed; see that rank's log and the "
-                          "launcher's message. Ending this process so that the job does not hang.";
+        HVD_LOG(Error)
+            << "rank" << (lost.size() > 1 ? "s " : " ") << ranks
+            << (lost.size() > 1 ? " were" : " was") << " lost: rank " << st.MPI_SOURCE
+            << " had no answer from " << (lost.size() > 1 ? "them" : "it")
+            << " for HVD_PEER_TIMEOUT_SECONDS=" << config_.peer_timeout_seconds
+            << " s. The process died or its node's network failed; see that rank's log and the "
+               "launcher's message. Ending this process so that the job does not hang.";
         std::_Exit(70);
       }
     }
     // Forget the answers that have gone out.
     for (size_t i = 0; i < pongs.size();) {
       int done = 0;
-      if (pongs[i] == MPI_REQUEST_NULL || (MPI_Test(&pongs[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)) {
+      if (pongs[i] == MPI_REQUEST_NULL ||
+          (MPI_Test(&pongs[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)) {
         pongs.erase(pongs.begin() + static_cast<long>(i));
       } else {
         ++i;
@@ -320,8 +356,10 @@ void Runtime::watchdog() {
     if (started != 0 && now - started > limit_ns) {
       if (probe_comm_ == MPI_COMM_NULL) {
         HVD_LOG(Error) << what << " has not finished after " << (now - started) / 1000000000
-                       << " s: a peer rank died or the network failed in the middle of it (HVD_PEER_TIMEOUT_SECONDS="
-                       << config_.peer_timeout_seconds << "). Ending this process so that the job does not hang.";
+                       << " s: a peer rank died or the network failed in the middle of it "
+                          "(HVD_PEER_TIMEOUT_SECONDS="
+                       << config_.peer_timeout_seconds
+                       << "). Ending this process so that the job does not hang.";
         std::_Exit(70);
       }
       if (probed_op != started) {
@@ -336,16 +374,18 @@ void Runtime::watchdog() {
           announce_lost(lost);
           std::string ranks;
           for (int r : lost) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-          HVD_LOG(Error) << what << " did not complete: rank" << (lost.size() > 1 ? "s " : " ") << ranks
-                         << (lost.size() > 1 ? " were" : " was") << " lost: no answer for "
-                         << (now - started) / 1000000000 << " s (HVD_PEER_TIMEOUT_SECONDS="
-                         << config_.peer_timeout_seconds
-                         << "). The process died or its node's network failed; see that rank's log and the "
-                            "launcher's message. Ending this process so that the job does not hang.";
+          HVD_LOG(Error)
+              << what << " did not complete: rank" << (lost.size() > 1 ? "s " : " ") << ranks
+              << (lost.size() > 1 ? " were" : " was") << " lost: no answer for "
+              << (now - started) / 1000000000
+              << " s (HVD_PEER_TIMEOUT_SECONDS=" << config_.peer_timeout_seconds
+              << "). The process died or its node's network failed; see that rank's log and the "
+                 "launcher's message. Ending this process so that the job does not hang.";
           std::_Exit(70);
         }
         HVD_LOG(Warning) << what << " is still running after " << (now - started) / 1000000000
-                         << " s; every rank answers, so it is only slow (raise HVD_PEER_TIMEOUT_SECONDS to silence this).";
+                         << " s; every rank answers, so it is only slow (raise "
+                            "HVD_PEER_TIMEOUT_SECONDS to silence this).";
         next_probe_ns = now + timeout_ns;
       }
     }
@@ -371,8 +411,7 @@ Runtime::~Runtime() {
   // timeline is closed and MPI finalised.
   try {
     shutdown();
-  } catch (...) {
-  }
+  } catch (...) {}
 }
 
 Handle Runtime::enqueue(std::vector<TensorTableEntry> entries, std::vector<Request> requests,
@@ -387,11 +426,13 @@ Handle Runtime::enqueue(std::vector<TensorTableEntry> entries, std::vector<Reque
 
 void Runtime::loop() {
   using clock = std::chrono::steady_clock;
-  const auto cycle = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  const auto cycle = std::chrono::duration_cast<clock::duration>(
+      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const TestPause pause = test_pause_from_env(mpi_->topology().rank);
   try {
     for (long cycles = 0;; ++cycles) {
-      if (cycles == pause.cycle) std::this_thread::sleep_for(std::chrono::duration<double>(pause.seconds));
+      if (cycles == pause.cycle)
+        std::this_thread::sleep_for(std::chrono::duration<double>(pause.seconds));
       auto start = clock::now();
       bool shutdown = false;
       std::vector<Response> responses = controller_->cycle(shutdown_requested_.load(), &shutdown);
@@ -419,10 +460,11 @@ void Runtime::loop() {
       wake_cv_.wait_until(lock, start + cycle, [&] { return shutdown_requested_.load(); });
     }
     controller_->finish(2.0);
-    queue_.close(detail::ErrorKind::kInvalidArgument,
-                 shutdown_reason_.empty()
-                     ? "hvd was shut down (a rank called hvd::shutdown()) before every rank submitted it."
-                     : "hvd was shut down by rank 0: " + shutdown_reason_);
+    queue_.close(
+        detail::ErrorKind::kInvalidArgument,
+        shutdown_reason_.empty()
+            ? "hvd was shut down (a rank called hvd::shutdown()) before every rank submitted it."
+            : "hvd was shut down by rank 0: " + shutdown_reason_);
   } catch (const std::exception& e) {
     auto [kind, message] = detail::classify(e);
     HVD_LOG(Error) << "background thread stopped: " << message;
@@ -508,11 +550,13 @@ void Runtime::perform(const Response& r) {
     ops::CollectiveOp* op = op_manager_.select(batch);
     span = op ? op->name() : response_type_name(r.type);
     for (auto& c : span) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    const std::string args = "{\"fused\":" + std::to_string(r.names.size()) + ",\"bytes\":" +
-                             std::to_string(response_bytes(r)) + ",\"dtype\":\"" + dtype_name(r.dtype) + "\"}";
+    const std::string args = "{\"fused\":" + std::to_string(r.names.size()) +
+                             ",\"bytes\":" + std::to_string(response_bytes(r)) + ",\"dtype\":\"" +
+                             dtype_name(r.dtype) + "\"}";
     for (const auto& n : r.names) timeline_->begin(n, span, args);
     batch.trace = [this, &r](const char* activity, bool begin) {
-      for (const auto& n : r.names) begin ? timeline_->begin(n, activity) : timeline_->end(n, activity);
+      for (const auto& n : r.names)
+        begin ? timeline_->begin(n, activity) : timeline_->end(n, activity);
     };
   }
   struct SpanEnd {
@@ -529,7 +573,8 @@ void Runtime::perform(const Response& r) {
     op_what_ = std::string(response_type_name(r.type)) + " of " + names_of(r);
   }
   op_started_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::steady_clock::now().time_since_epoch()).count();
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
   struct OpDone {
     std::atomic<int64_t>& started;
     ~OpDone() { started = 0; }
@@ -541,7 +586,8 @@ void Runtime::perform(const Response& r) {
     auto [kind, message] = detail::classify(e);
     std::string full = message.rfind(std::string(response_type_name(r.type)) + " of", 0) == 0
                            ? message
-                           : std::string(response_type_name(r.type)) + " of " + names_of(r) + " failed: " + message;
+                           : std::string(response_type_name(r.type)) + " of " + names_of(r) +
+                                 " failed: " + message;
     for (auto& t : taken) t.handle->fail(kind, full);
     if (kind == detail::ErrorKind::kCommunication) throw;
     return;
@@ -549,8 +595,8 @@ void Runtime::perform(const Response& r) {
   // CPU batches complete here and now; GPU batches when their work on the device is done (on the
   // finalizer thread), so the background thread never waits for the GPU.
   auto done = std::make_shared<std::vector<TensorTableEntry>>(std::move(taken));
-  gpu_backend_->finish([done, what = std::string(response_type_name(r.type)) + " of " + names_of(r)](
-                           const std::string& error) {
+  gpu_backend_->finish([done, what = std::string(response_type_name(r.type)) + " of " +
+                                     names_of(r)](const std::string& error) {
     for (auto& t : *done) {
       if (error.empty())
         t.handle->complete_one();

@@ -79,12 +79,15 @@ class Runtime {
   MPI_Comm probe_comm_ = MPI_COMM_NULL;
   std::atomic<int> probe_round_{0};
   void announce_lost(const std::vector<int>& lost);
-  std::vector<int> probe_peers(const std::vector<int>& targets, const std::function<void()>& while_waiting);  // the watchdogs' liveness probes (MPI_THREAD_MULTIPLE only)
+  std::vector<int> probe_peers(
+      const std::vector<int>& targets,
+      const std::function<void()>&
+          while_waiting);  // the watchdogs' liveness probes (MPI_THREAD_MULTIPLE only)
   std::atomic<int64_t> op_started_ns_{0};  // steady clock, 0 when no op runs
   std::string op_what_;                    // guarded by wake_mu_
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
-  bool finished_ = false;  // shutdown() ran
+  bool finished_ = false;            // shutdown() ran
   std::atomic<bool> broken_{false};  // a communication failure stopped the background thread
   std::mutex barrier_mu_;
   std::mutex wake_mu_;

@@ -39,11 +39,13 @@ double StallInspector::fast_path_patience_seconds() const {
   return std::max(0.05, std::min(limit, 5.0));
 }
 
-std::string StallInspector::rank_list(const std::vector<int>& ranks) { return hvd::rank_list(ranks); }
+std::string StallInspector::rank_list(const std::vector<int>& ranks) {
+  return hvd::rank_list(ranks);
+}
 
 std::string StallInspector::describe(const Controller::Stall& s) {
-  return "'" + s.name + "' (submitted by " + rank_list(s.submitted_ranks) + "; missing " + rank_list(s.missing_ranks) +
-         "; " + seconds_text(s.seconds) + ")";
+  return "'" + s.name + "' (submitted by " + rank_list(s.submitted_ranks) + "; missing " +
+         rank_list(s.missing_ranks) + "; " + seconds_text(s.seconds) + ")";
 }
 
 StallInspector::Verdict StallInspector::check(const Controller& controller) {
@@ -56,13 +58,15 @@ StallInspector::Verdict StallInspector::check(const Controller& controller) {
   return judge(controller.stalled(threshold), now);
 }
 
-StallInspector::Verdict StallInspector::judge(const std::vector<Controller::Stall>& stalls, Clock::time_point now) {
+StallInspector::Verdict StallInspector::judge(const std::vector<Controller::Stall>& stalls,
+                                              Clock::time_point now) {
   Verdict v;
   if (options_.disabled) return v;
   // Oldest first: the one that explains the others usually stalled first.
   std::vector<const Controller::Stall*> sorted;
   for (const auto& s : stalls) sorted.push_back(&s);
-  std::stable_sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->seconds > b->seconds; });
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](auto* a, auto* b) { return a->seconds > b->seconds; });
   auto list_of = [&](double older_than) {
     std::string list;
     size_t n = 0, more = 0;
@@ -80,23 +84,26 @@ StallInspector::Verdict StallInspector::judge(const std::vector<Controller::Stal
   const std::string warn = list_of(options_.check_seconds);
   if (!warn.empty() && now >= next_warning_) {
     next_warning_ = now + seconds_of(options_.check_seconds);
-    v.warnings.push_back("stall: tensors submitted by some ranks and not others for more than " +
-                         setting_text(options_.check_seconds) + " s (HVD_STALL_CHECK_TIME_SECONDS): " + warn +
-                         ". Every rank must submit the same tensors (a rank that skipped a step, returned early or "
-                         "took another branch?)" +
-                         (options_.shutdown_seconds > 0
-                              ? "; hvd shuts down after HVD_STALL_SHUTDOWN_TIME_SECONDS=" +
-                                    setting_text(options_.shutdown_seconds) + " s."
-                              : "; HVD_STALL_SHUTDOWN_TIME_SECONDS fails them instead of waiting forever."));
+    v.warnings.push_back(
+        "stall: tensors submitted by some ranks and not others for more than " +
+        setting_text(options_.check_seconds) + " s (HVD_STALL_CHECK_TIME_SECONDS): " + warn +
+        ". Every rank must submit the same tensors (a rank that skipped a step, returned early or "
+        "took another branch?)" +
+        (options_.shutdown_seconds > 0
+             ? "; hvd shuts down after HVD_STALL_SHUTDOWN_TIME_SECONDS=" +
+                   setting_text(options_.shutdown_seconds) + " s."
+             : "; HVD_STALL_SHUTDOWN_TIME_SECONDS fails them instead of waiting forever."));
   }
-  if (options_.shutdown_seconds > 0 && !sorted.empty() && sorted.front()->seconds >= options_.shutdown_seconds) {
+  if (options_.shutdown_seconds > 0 && !sorted.empty() &&
+      sorted.front()->seconds >= options_.shutdown_seconds) {
     // Every stalled tensor fails, with one message naming them all: the tensor one rank skipped
     // and the one another rank is stuck on are usually two sides of the same mistake.
-    const std::string reason =
-        "stalled for more than HVD_STALL_SHUTDOWN_TIME_SECONDS=" + setting_text(options_.shutdown_seconds) +
-        " s, so hvd shut down: " + list_of(0) +
-        ". Every rank must submit the same tensors (a rank that skipped a step, returned early or took another "
-        "branch?).";
+    const std::string reason = "stalled for more than HVD_STALL_SHUTDOWN_TIME_SECONDS=" +
+                               setting_text(options_.shutdown_seconds) +
+                               " s, so hvd shut down: " + list_of(0) +
+                               ". Every rank must submit the same tensors (a rank that skipped a "
+                               "step, returned early or took another "
+                               "branch?).";
     for (const auto* s : sorted) v.failures.emplace_back(s->name, reason);
     v.shutdown_reason = reason;
   }

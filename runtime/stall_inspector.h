@@ -33,14 +33,15 @@ class StallInspector {
   explicit StallInspector(const StallOptions& options);
 
   struct Verdict {
-    std::vector<std::string> warnings;                         // log lines
-    std::vector<std::pair<std::string, std::string>> failures; // tensor name -> error message
-    std::string shutdown_reason;                               // non-empty: shut down
+    std::vector<std::string> warnings;                          // log lines
+    std::vector<std::pair<std::string, std::string>> failures;  // tensor name -> error message
+    std::string shutdown_reason;                                // non-empty: shut down
   };
   // Rank 0, once per cycle. Looks at the controller's table every kPollSeconds.
   Verdict check(const Controller& controller);
   // The same decision on a given list of stalls at a given time (unit-testable).
-  Verdict judge(const std::vector<Controller::Stall>& stalls, std::chrono::steady_clock::time_point now);
+  Verdict judge(const std::vector<Controller::Stall>& stalls,
+                std::chrono::steady_clock::time_point now);
 
   // How long a cached tensor may wait for the other ranks on the fast path before it is sent to
   // rank 0 (so that the inspector can see it): half the check interval, at most 5 s.

@@ -12,38 +12,55 @@ const char* version_string() { return "0.1.0"; }
 std::size_t dtype_size(DataType dtype) {
   switch (dtype) {
     case DataType::kUInt8:
-    case DataType::kInt8: return 1;
+    case DataType::kInt8:
+      return 1;
     case DataType::kFloat16:
-    case DataType::kBFloat16: return 2;
+    case DataType::kBFloat16:
+      return 2;
     case DataType::kInt32:
-    case DataType::kFloat32: return 4;
+    case DataType::kFloat32:
+      return 4;
     case DataType::kInt64:
-    case DataType::kFloat64: return 8;
+    case DataType::kFloat64:
+      return 8;
   }
   throw InvalidArgumentError("unknown DataType " + std::to_string(static_cast<int>(dtype)));
 }
 
 const char* dtype_name(DataType dtype) {
   switch (dtype) {
-    case DataType::kUInt8: return "uint8";
-    case DataType::kInt8: return "int8";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
+    case DataType::kUInt8:
+      return "uint8";
+    case DataType::kInt8:
+      return "int8";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBFloat16:
+      return "bfloat16";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kAverage: return "average";
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "unknown";
 }
@@ -68,9 +85,12 @@ static int64_t product(const std::vector<int64_t>& shape) {
 
 int64_t TensorRef::num_elements() const { return product(shape_); }
 
-Tensor::Tensor(DataType dtype, std::vector<int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(DataType dtype, std::vector<int64_t> shape)
+    : dtype_(dtype), shape_(std::move(shape)) {
   for (int64_t d : shape_)
-    if (d < 0) throw InvalidArgumentError("Tensor shape " + shape_string(shape_) + " has a negative dimension.");
+    if (d < 0)
+      throw InvalidArgumentError("Tensor shape " + shape_string(shape_) +
+                                 " has a negative dimension.");
   bytes_.resize(static_cast<size_t>(product(shape_)) * dtype_size(dtype_));
 }
 

@@ -12,10 +12,11 @@ void TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
     bool twice_here = false;
     for (size_t j = 0; j < i; ++j) twice_here = twice_here || entries[j].name == e.name;
     if (table_.count(e.name) || twice_here)
-      throw InvalidArgumentError(std::string(request_type_name(e.type)) + " of '" + e.name +
-                                 "' failed: a tensor named '" + e.name + "' is already in flight on rank " +
-                                 std::to_string(requests.empty() ? -1 : requests[0].rank) +
-                                 ". Wait for its handle before reusing the name, or give each tensor a unique name.");
+      throw InvalidArgumentError(
+          std::string(request_type_name(e.type)) + " of '" + e.name + "' failed: a tensor named '" +
+          e.name + "' is already in flight on rank " +
+          std::to_string(requests.empty() ? -1 : requests[0].rank) +
+          ". Wait for its handle before reusing the name, or give each tensor a unique name.");
   }
   for (auto& e : entries) {
     std::string name = e.name;
@@ -56,7 +57,8 @@ void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {
     requests_.clear();
   }
   for (auto& [name, e] : left)
-    e.handle->fail(kind, std::string(request_type_name(e.type)) + " of '" + name + "' did not complete: " + message);
+    e.handle->fail(kind, std::string(request_type_name(e.type)) + " of '" + name +
+                             "' did not complete: " + message);
 }
 
 size_t TensorQueue::size() const {

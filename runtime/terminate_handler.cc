@@ -26,8 +26,7 @@ std::atomic<bool> g_installed{false};
       std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       std::_Exit(1);
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   if (g_previous) g_previous();
   std::abort();

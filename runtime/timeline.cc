@@ -12,10 +12,18 @@ std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -35,8 +43,8 @@ Timeline::Timeline(const std::string& path, bool mark_cycles)
     : mark_cycles_(mark_cycles), start_(std::chrono::steady_clock::now()) {
   file_ = std::fopen(path.c_str(), "w");
   if (file_ == nullptr)
-    throw InvalidArgumentError("HVD_TIMELINE='" + path + "': cannot open it for writing (" + std::strerror(errno) +
-                               "). Point it at a writable file path.");
+    throw InvalidArgumentError("HVD_TIMELINE='" + path + "': cannot open it for writing (" +
+                               std::strerror(errno) + "). Point it at a writable file path.");
   std::fputs("[\n", file_);
   push("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"hvd rank 0\"}}");
   thread_ = std::thread([this] { writer(); });
@@ -45,7 +53,9 @@ Timeline::Timeline(const std::string& path, bool mark_cycles)
 Timeline::~Timeline() { close(); }
 
 int64_t Timeline::now_us() const {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start_).count();
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                               start_)
+      .count();
 }
 
 int Timeline::row_of(const std::string& tensor) {
@@ -53,8 +63,8 @@ int Timeline::row_of(const std::string& tensor) {
   if (it != rows_.end()) return it->second;
   int row = static_cast<int>(rows_.size()) + 1;
   rows_.emplace(tensor, row);
-  queue_.push_back("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + std::to_string(row) +
-                   ",\"args\":{\"name\":" + json_string(tensor) + "}}");
+  queue_.push_back("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" +
+                   std::to_string(row) + ",\"args\":{\"name\":" + json_string(tensor) + "}}");
   return row;
 }
 
@@ -65,13 +75,15 @@ void Timeline::push(std::string event) {
   cv_.notify_one();
 }
 
-void Timeline::begin(const std::string& tensor, const std::string& activity, const std::string& args_json) {
+void Timeline::begin(const std::string& tensor, const std::string& activity,
+                     const std::string& args_json) {
   const int64_t ts = now_us();
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_) return;
   int row = row_of(tensor);
-  queue_.push_back("{\"name\":" + json_string(activity) + ",\"ph\":\"B\",\"ts\":" + std::to_string(ts) +
-                   ",\"pid\":0,\"tid\":" + std::to_string(row) + (args_json.empty() ? "" : ",\"args\":" + args_json) + "}");
+  queue_.push_back("{\"name\":" + json_string(activity) + ",\"ph\":\"B\",\"ts\":" +
+                   std::to_string(ts) + ",\"pid\":0,\"tid\":" + std::to_string(row) +
+                   (args_json.empty() ? "" : ",\"args\":" + args_json) + "}");
   cv_.notify_one();
 }
 
@@ -80,14 +92,15 @@ void Timeline::end(const std::string& tensor, const std::string& activity) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closing_) return;
   int row = row_of(tensor);
-  queue_.push_back("{\"name\":" + json_string(activity) + ",\"ph\":\"E\",\"ts\":" + std::to_string(ts) +
-                   ",\"pid\":0,\"tid\":" + std::to_string(row) + "}");
+  queue_.push_back("{\"name\":" + json_string(activity) + ",\"ph\":\"E\",\"ts\":" +
+                   std::to_string(ts) + ",\"pid\":0,\"tid\":" + std::to_string(row) + "}");
   cv_.notify_one();
 }
 
 void Timeline::mark_cycle() {
   if (!mark_cycles_) return;
-  push("{\"name\":\"CYCLE\",\"ph\":\"i\",\"s\":\"p\",\"ts\":" + std::to_string(now_us()) + ",\"pid\":0,\"tid\":0}");
+  push("{\"name\":\"CYCLE\",\"ph\":\"i\",\"s\":\"p\",\"ts\":" + std::to_string(now_us()) +
+       ",\"pid\":0,\"tid\":0}");
 }
 
 void Timeline::writer() {

@@ -32,7 +32,8 @@ class Timeline {
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
-  void begin(const std::string& tensor, const std::string& activity, const std::string& args_json = "");
+  void begin(const std::string& tensor, const std::string& activity,
+             const std::string& args_json = "");
   void end(const std::string& tensor, const std::string& activity);
   void mark_cycle();
   bool mark_cycles() const { return mark_cycles_; }

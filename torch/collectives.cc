@@ -33,12 +33,14 @@ std::string sizes_string(at::IntArrayRef sizes) {
 
 std::string describe(const at::Tensor& t) {
   if (!t.defined()) return "an undefined tensor";
-  return std::string(c10::toString(t.scalar_type())) + " " + sizes_string(t.sizes()) + " on " + t.device().str();
+  return std::string(c10::toString(t.scalar_type())) + " " + sizes_string(t.sizes()) + " on " +
+         t.device().str();
 }
 
 std::string problem(const at::Tensor& t) {
   if (!t.defined())
-    return "is undefined (a default-constructed tensor, or a .grad() that no backward() has produced): pass a "
+    return "is undefined (a default-constructed tensor, or a .grad() that no backward() has "
+           "produced): pass a "
            "defined tensor.";
   if (t.layout() != c10::kStrided) {
     std::ostringstream layout;
@@ -48,17 +50,28 @@ std::string problem(const at::Tensor& t) {
   }
   const c10::ScalarType st = t.scalar_type();
   switch (st) {
-    case at::kByte: case at::kChar: case at::kInt: case at::kLong:
-    case at::kHalf: case at::kBFloat16: case at::kFloat: case at::kDouble:
+    case at::kByte:
+    case at::kChar:
+    case at::kInt:
+    case at::kLong:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kFloat:
+    case at::kDouble:
       break;
     default: {
       std::string fix = ".to(torch::kFloat32)";
-      if (st == at::kBool) fix = ".to(torch::kUInt8) (and back with .to(torch::kBool))";
-      else if (st == at::kShort) fix = ".to(torch::kInt32)";
-      else if (c10::isComplexType(st)) fix = "torch::view_as_real(t) (a float tensor with a last dimension of 2)";
-      else if (c10::isQIntType(st)) fix = ".dequantize()";
-      return "has dtype " + std::string(c10::toString(st)) + ", which hvd does not support (hvd: " + kSupported +
-             "): convert it first, e.g. " + fix + ".";
+      if (st == at::kBool)
+        fix = ".to(torch::kUInt8) (and back with .to(torch::kBool))";
+      else if (st == at::kShort)
+        fix = ".to(torch::kInt32)";
+      else if (c10::isComplexType(st))
+        fix = "torch::view_as_real(t) (a float tensor with a last dimension of 2)";
+      else if (c10::isQIntType(st))
+        fix = ".dequantize()";
+      return "has dtype " + std::string(c10::toString(st)) +
+             ", which hvd does not support (hvd: " + kSupported + "): convert it first, e.g. " +
+             fix + ".";
     }
   }
   if (!t.is_cpu() && !t.is_cuda())
@@ -66,12 +79,15 @@ std::string problem(const at::Tensor& t) {
 #if !defined(HVD_TORCH_WITH_CUDA)
   if (t.is_cuda())
     return "is on " + t.device().str() +
-           ", but hvd::torch was built against a CPU-only LibTorch: rebuild hvd against a CUDA build of LibTorch, or "
+           ", but hvd::torch was built against a CPU-only LibTorch: rebuild hvd against a CUDA "
+           "build of LibTorch, or "
            "pass a CPU tensor.";
 #endif
   if (!t.is_contiguous())
-    return "is not contiguous (shape " + sizes_string(t.sizes()) + ", strides " + sizes_string(t.strides()) +
-           "): hvd reads and writes one contiguous block of memory; call .contiguous() first (for an in-place "
+    return "is not contiguous (shape " + sizes_string(t.sizes()) + ", strides " +
+           sizes_string(t.strides()) +
+           "): hvd reads and writes one contiguous block of memory; call .contiguous() first (for "
+           "an in-place "
            "operation, run it on c = t.contiguous(), then t.copy_(c)).";
   return "";
 }
@@ -91,32 +107,50 @@ TensorRef ref(const at::Tensor& t) {
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::kAllreduce: return "allreduce";
-    case Op::kGroupedAllreduce: return "grouped_allreduce";
-    case Op::kAllgather: return "allgather";
-    case Op::kBroadcast: return "broadcast";
-    case Op::kAlltoall: return "alltoall";
-    case Op::kReducescatter: return "reducescatter";
+    case Op::kAllreduce:
+      return "allreduce";
+    case Op::kGroupedAllreduce:
+      return "grouped_allreduce";
+    case Op::kAllgather:
+      return "allgather";
+    case Op::kBroadcast:
+      return "broadcast";
+    case Op::kAlltoall:
+      return "alltoall";
+    case Op::kReducescatter:
+      return "reducescatter";
   }
   return "?";
 }
 
-void fail_everywhere(Op op, const std::string& name, const std::string& what, int root, std::size_t members) {
-  const std::string message = std::string("hvd::torch::") + op_name(op) + " of '" + name + "' failed: " + what;
+void fail_everywhere(Op op, const std::string& name, const std::string& what, int root,
+                     std::size_t members) {
+  const std::string message =
+      std::string("hvd::torch::") + op_name(op) + " of '" + name + "' failed: " + what;
   // A bad name, or hvd not running, throws here: that message wins (no other rank could match).
   hvd::Handle h;
   switch (op) {
-    case Op::kAllreduce: h = hvd::allreduce_async(poison(), poison(), name); break;
+    case Op::kAllreduce:
+      h = hvd::allreduce_async(poison(), poison(), name);
+      break;
     case Op::kGroupedAllreduce: {
       if (members == 0) throw InvalidArgumentError(message);
       std::vector<TensorRef> in(members, poison()), out(members, poison());
       h = hvd::grouped_allreduce_async(std::move(in), std::move(out), name);
       break;
     }
-    case Op::kAllgather: h = hvd::allgather_async(poison(), name); break;
-    case Op::kBroadcast: h = hvd::broadcast_async(poison(), root, name); break;
-    case Op::kAlltoall: h = hvd::alltoall_async(poison(), {}, name); break;
-    case Op::kReducescatter: h = hvd::reducescatter_async(poison(), name); break;
+    case Op::kAllgather:
+      h = hvd::allgather_async(poison(), name);
+      break;
+    case Op::kBroadcast:
+      h = hvd::broadcast_async(poison(), root, name);
+      break;
+    case Op::kAlltoall:
+      h = hvd::alltoall_async(poison(), {}, name);
+      break;
+    case Op::kReducescatter:
+      h = hvd::reducescatter_async(poison(), name);
+      break;
   }
   try {
     h.wait();
@@ -168,15 +202,24 @@ using internal::Op;
 
 DataType dtype_of(c10::ScalarType type) {
   switch (type) {
-    case at::kByte: return DataType::kUInt8;
-    case at::kChar: return DataType::kInt8;
-    case at::kInt: return DataType::kInt32;
-    case at::kLong: return DataType::kInt64;
-    case at::kHalf: return DataType::kFloat16;
-    case at::kBFloat16: return DataType::kBFloat16;
-    case at::kFloat: return DataType::kFloat32;
-    case at::kDouble: return DataType::kFloat64;
-    default: break;
+    case at::kByte:
+      return DataType::kUInt8;
+    case at::kChar:
+      return DataType::kInt8;
+    case at::kInt:
+      return DataType::kInt32;
+    case at::kLong:
+      return DataType::kInt64;
+    case at::kHalf:
+      return DataType::kFloat16;
+    case at::kBFloat16:
+      return DataType::kBFloat16;
+    case at::kFloat:
+      return DataType::kFloat32;
+    case at::kDouble:
+      return DataType::kFloat64;
+    default:
+      break;
   }
   at::Tensor probe = at::empty({0}, at::TensorOptions().dtype(type));
   throw InvalidArgumentError("hvd::torch::dtype_of: the tensor " + internal::problem(probe));
@@ -184,17 +227,25 @@ DataType dtype_of(c10::ScalarType type) {
 
 c10::ScalarType scalar_type_of(DataType dtype) {
   switch (dtype) {
-    case DataType::kUInt8: return at::kByte;
-    case DataType::kInt8: return at::kChar;
-    case DataType::kInt32: return at::kInt;
-    case DataType::kInt64: return at::kLong;
-    case DataType::kFloat16: return at::kHalf;
-    case DataType::kBFloat16: return at::kBFloat16;
-    case DataType::kFloat32: return at::kFloat;
-    case DataType::kFloat64: return at::kDouble;
+    case DataType::kUInt8:
+      return at::kByte;
+    case DataType::kInt8:
+      return at::kChar;
+    case DataType::kInt32:
+      return at::kInt;
+    case DataType::kInt64:
+      return at::kLong;
+    case DataType::kFloat16:
+      return at::kHalf;
+    case DataType::kBFloat16:
+      return at::kBFloat16;
+    case DataType::kFloat32:
+      return at::kFloat;
+    case DataType::kFloat64:
+      return at::kDouble;
   }
-  throw InvalidArgumentError("hvd::torch::scalar_type_of: " + std::to_string(static_cast<int>(dtype)) +
-                             " is not an hvd DataType.");
+  throw InvalidArgumentError("hvd::torch::scalar_type_of: " +
+                             std::to_string(static_cast<int>(dtype)) + " is not an hvd DataType.");
 }
 
 TensorRef tensor_ref(const at::Tensor& tensor, const std::string& name) {
@@ -211,9 +262,10 @@ std::vector<NamedTensor> named_tensors(const NamedTensors& tensors, const std::s
     const std::string p = internal::problem(item.value());
     if (!p.empty()) throw InvalidArgumentError("hvd::torch::named_tensors: '" + name + "' " + p);
     if (!item.value().is_cpu())
-      throw InvalidArgumentError("hvd::torch::named_tensors: '" + name + "' is on " + item.value().device().str() +
-                                 "; hvd::Checkpointer takes CPU tensors: pass .cpu() copies (hvd::torch::Checkpointer "
-                                 "does this for a model and an optimizer).");
+      throw InvalidArgumentError(
+          "hvd::torch::named_tensors: '" + name + "' is on " + item.value().device().str() +
+          "; hvd::Checkpointer takes CPU tensors: pass .cpu() copies (hvd::torch::Checkpointer "
+          "does this for a model and an optimizer).");
     out.push_back(NamedTensor{name, internal::ref(item.value())});
   }
   return out;
@@ -223,17 +275,17 @@ std::vector<NamedTensor> named_tensors(const NamedTensors& tensors, const std::s
 
 struct HandleImpl {
   hvd::Handle core;
-  bool core_output = false;          // the result is core.output() (allgather, alltoall, reducescatter)
-  std::vector<at::Tensor> keep;      // inputs kept alive until the operation is complete
-  std::vector<at::Tensor> outputs;   // the results; for core_output, the input (its dtype and device)
+  bool core_output = false;      // the result is core.output() (allgather, alltoall, reducescatter)
+  std::vector<at::Tensor> keep;  // inputs kept alive until the operation is complete
+  std::vector<at::Tensor>
+      outputs;  // the results; for core_output, the input (its dtype and device)
   bool done = false;
 
   ~HandleImpl() {
     if (core.valid() && !done) {
       try {
         core.wait();  // the tensors must outlive the operation
-      } catch (...) {
-      }
+      } catch (...) {}
     }
   }
 
@@ -251,8 +303,9 @@ struct HandleImpl {
         cpu = at::empty(out.shape(), options);
       } else {
         hvd::Handle keep_alive = core;  // the output's memory lives in the operation's state
-        cpu = at::from_blob(out.data(), out.shape(), [keep_alive](void*) mutable { keep_alive = hvd::Handle(); },
-                            options);
+        cpu = at::from_blob(
+            out.data(), out.shape(), [keep_alive](void*) mutable { keep_alive = hvd::Handle(); },
+            options);
       }
       outputs = {like.is_cpu() ? cpu : cpu.to(like.device())};
       core_output = false;
@@ -263,8 +316,8 @@ struct HandleImpl {
 };
 
 struct HandleAccess {
-  static Handle make(hvd::Handle core, std::vector<at::Tensor> keep, std::vector<at::Tensor> outputs,
-                     bool core_output) {
+  static Handle make(hvd::Handle core, std::vector<at::Tensor> keep,
+                     std::vector<at::Tensor> outputs, bool core_output) {
     Handle h;
     h.impl_ = std::make_shared<HandleImpl>();
     h.impl_->core = std::move(core);
@@ -292,7 +345,8 @@ at::Tensor Handle::output() {
   impl.wait();
   if (impl.outputs.size() != 1)
     throw InvalidArgumentError("hvd::torch::Handle::output(): this operation has " +
-                               std::to_string(impl.outputs.size()) + " results (a grouped allreduce): use outputs().");
+                               std::to_string(impl.outputs.size()) +
+                               " results (a grouped allreduce): use outputs().");
   return impl.outputs[0];
 }
 
@@ -302,7 +356,9 @@ std::vector<at::Tensor> Handle::outputs() {
   return impl.outputs;
 }
 
-const std::vector<int64_t>& Handle::received_splits() const { return impl_of(impl_).core.received_splits(); }
+const std::vector<int64_t>& Handle::received_splits() const {
+  return impl_of(impl_).core.received_splits();
+}
 
 at::Tensor synchronize(Handle& handle) { return handle.output(); }
 
@@ -315,24 +371,28 @@ void check(Op op, const std::string& name, const at::Tensor& t, int root = 0) {
   if (!p.empty()) fail_everywhere(op, name, "the tensor " + p, root);
 }
 
-Handle allreduce_impl(const at::Tensor& in, const at::Tensor& out, const std::string& name, ReduceOp op,
-                      double prescale, double postscale) {
+Handle allreduce_impl(const at::Tensor& in, const at::Tensor& out, const std::string& name,
+                      ReduceOp op, double prescale, double postscale) {
   check(Op::kAllreduce, name, in);
-  hvd::Handle h = hvd::allreduce_async(internal::ref(in), internal::ref(out), name, op, prescale, postscale);
+  hvd::Handle h =
+      hvd::allreduce_async(internal::ref(in), internal::ref(out), name, op, prescale, postscale);
   return HandleAccess::make(std::move(h), {in}, {out}, false);
 }
 
-Handle grouped_impl(const std::vector<at::Tensor>& in, const std::vector<at::Tensor>& out, const std::string& name,
-                    ReduceOp op) {
+Handle grouped_impl(const std::vector<at::Tensor>& in, const std::vector<at::Tensor>& out,
+                    const std::string& name, ReduceOp op) {
   for (std::size_t i = 0; i < in.size(); ++i) {
     const std::string p = internal::problem(in[i]);
     if (!p.empty())
-      fail_everywhere(Op::kGroupedAllreduce, name, "tensor " + std::to_string(i) + " ('" + name + "." +
-                                                       std::to_string(i) + "') " + p, 0, in.size());
+      fail_everywhere(
+          Op::kGroupedAllreduce, name,
+          "tensor " + std::to_string(i) + " ('" + name + "." + std::to_string(i) + "') " + p, 0,
+          in.size());
     if (i > 0 && in[i].device() != in[0].device())
       fail_everywhere(Op::kGroupedAllreduce, name,
-                      "tensor " + std::to_string(i) + " ('" + name + "." + std::to_string(i) + "') is on " +
-                          in[i].device().str() + " but tensor 0 on " + in[0].device().str() +
+                      "tensor " + std::to_string(i) + " ('" + name + "." + std::to_string(i) +
+                          "') is on " + in[i].device().str() + " but tensor 0 on " +
+                          in[0].device().str() +
                           ": pass every tensor of a group on one device (.to(device)).",
                       0, in.size());
   }
@@ -347,51 +407,54 @@ Handle grouped_impl(const std::vector<at::Tensor>& in, const std::vector<at::Ten
 
 }  // namespace
 
-Handle allreduce_async(const at::Tensor& tensor, const std::string& name, ReduceOp op, double prescale_factor,
-                       double postscale_factor) {
+Handle allreduce_async(const at::Tensor& tensor, const std::string& name, ReduceOp op,
+                       double prescale_factor, double postscale_factor) {
   check(Op::kAllreduce, name, tensor);
-  return allreduce_impl(tensor, at::empty_like(tensor, at::MemoryFormat::Contiguous), name, op, prescale_factor,
-                        postscale_factor);
+  return allreduce_impl(tensor, at::empty_like(tensor, at::MemoryFormat::Contiguous), name, op,
+                        prescale_factor, postscale_factor);
 }
 
-at::Tensor allreduce(const at::Tensor& tensor, const std::string& name, ReduceOp op, double prescale_factor,
-                     double postscale_factor) {
+at::Tensor allreduce(const at::Tensor& tensor, const std::string& name, ReduceOp op,
+                     double prescale_factor, double postscale_factor) {
   Handle h = allreduce_async(tensor, name, op, prescale_factor, postscale_factor);
   return h.output();
 }
 
-Handle allreduce_async_(const at::Tensor& tensor, const std::string& name, ReduceOp op, double prescale_factor,
-                        double postscale_factor) {
+Handle allreduce_async_(const at::Tensor& tensor, const std::string& name, ReduceOp op,
+                        double prescale_factor, double postscale_factor) {
   return allreduce_impl(tensor, tensor, name, op, prescale_factor, postscale_factor);
 }
 
-const at::Tensor& allreduce_(const at::Tensor& tensor, const std::string& name, ReduceOp op, double prescale_factor,
-                             double postscale_factor) {
+const at::Tensor& allreduce_(const at::Tensor& tensor, const std::string& name, ReduceOp op,
+                             double prescale_factor, double postscale_factor) {
   Handle h = allreduce_async_(tensor, name, op, prescale_factor, postscale_factor);
   h.wait();
   return tensor;
 }
 
-Handle grouped_allreduce_async(const std::vector<at::Tensor>& tensors, const std::string& name, ReduceOp op) {
+Handle grouped_allreduce_async(const std::vector<at::Tensor>& tensors, const std::string& name,
+                               ReduceOp op) {
   std::vector<at::Tensor> out;
   out.reserve(tensors.size());
   for (const auto& t : tensors)
-    out.push_back(internal::problem(t).empty() ? at::empty_like(t, at::MemoryFormat::Contiguous) : t);
+    out.push_back(internal::problem(t).empty() ? at::empty_like(t, at::MemoryFormat::Contiguous)
+                                               : t);
   return grouped_impl(tensors, out, name, op);
 }
 
-std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& tensors, const std::string& name,
-                                          ReduceOp op) {
+std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& tensors,
+                                          const std::string& name, ReduceOp op) {
   Handle h = grouped_allreduce_async(tensors, name, op);
   return h.outputs();
 }
 
-Handle grouped_allreduce_async_(const std::vector<at::Tensor>& tensors, const std::string& name, ReduceOp op) {
+Handle grouped_allreduce_async_(const std::vector<at::Tensor>& tensors, const std::string& name,
+                                ReduceOp op) {
   return grouped_impl(tensors, tensors, name, op);
 }
 
-const std::vector<at::Tensor>& grouped_allreduce_(const std::vector<at::Tensor>& tensors, const std::string& name,
-                                                  ReduceOp op) {
+const std::vector<at::Tensor>& grouped_allreduce_(const std::vector<at::Tensor>& tensors,
+                                                  const std::string& name, ReduceOp op) {
   Handle h = grouped_allreduce_async_(tensors, name, op);
   h.wait();
   return tensors;
@@ -430,14 +493,15 @@ at::Tensor broadcast(const at::Tensor& tensor, int root, const std::string& name
   return h.output();
 }
 
-Handle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name) {
+Handle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits,
+                      const std::string& name) {
   check(Op::kAlltoall, name, tensor);
   hvd::Handle h = hvd::alltoall_async(internal::ref(tensor), splits, name);
   return HandleAccess::make(std::move(h), {tensor}, {tensor}, true);
 }
 
-at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name,
-                    std::vector<int64_t>* received_splits) {
+at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits,
+                    const std::string& name, std::vector<int64_t>* received_splits) {
   Handle h = alltoall_async(tensor, splits, name);
   at::Tensor out = h.output();
   if (received_splits) *received_splits = h.received_splits();
@@ -462,8 +526,9 @@ void broadcast_named(std::vector<std::pair<std::string, at::Tensor>> tensors, in
   std::unordered_set<std::string> seen;
   for (auto& [name, t] : tensors) {
     if (!seen.insert(name).second)
-      throw InvalidArgumentError("hvd::torch::broadcast_parameters: the name '" + name +
-                                 "' appears twice: pass uniquely named tensors (named_parameters() is).");
+      throw InvalidArgumentError(
+          "hvd::torch::broadcast_parameters: the name '" + name +
+          "' appears twice: pass uniquely named tensors (named_parameters() is).");
     name = "hvd.torch.broadcast_parameters." + name;
   }
   internal::broadcast_in_place(tensors, root);
@@ -476,13 +541,15 @@ void broadcast_parameters(const NamedTensors& named_tensors, int root) {
   broadcast_named(std::move(v), root);
 }
 
-void broadcast_parameters(const std::vector<std::pair<std::string, at::Tensor>>& named_tensors, int root) {
+void broadcast_parameters(const std::vector<std::pair<std::string, at::Tensor>>& named_tensors,
+                          int root) {
   broadcast_named(named_tensors, root);
 }
 
 void broadcast_parameters(const ::torch::nn::Module& module, int root) {
   std::vector<std::pair<std::string, at::Tensor>> v;
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) v.emplace_back("param." + item.key(), item.value());
+  for (const auto& item : module.named_parameters(/*recurse=*/true))
+    v.emplace_back("param." + item.key(), item.value());
   for (const auto& item : module.named_buffers(/*recurse=*/true))
     if (item.value().defined()) v.emplace_back("buffer." + item.key(), item.value());
   broadcast_named(std::move(v), root);

@@ -79,8 +79,8 @@ Kind adam_like(int id, const char* name) {
   k.step = [](optim::OptimizerParamState& s) -> int64_t& { return as<State>(s).step(); };
   k.get_options = [](optim::OptimizerOptions& o) {
     Options& a = as_options<Options>(o);
-    return std::vector<double>{a.lr(), std::get<0>(a.betas()), std::get<1>(a.betas()), a.eps(), a.weight_decay(),
-                               a.amsgrad() ? 1.0 : 0.0};
+    return std::vector<double>{a.lr(),  std::get<0>(a.betas()), std::get<1>(a.betas()),
+                               a.eps(), a.weight_decay(),       a.amsgrad() ? 1.0 : 0.0};
   };
   k.set_options = [](optim::OptimizerOptions& o, const std::vector<double>& v) {
     Options& a = as_options<Options>(o);
@@ -105,10 +105,16 @@ const Kind& kind_of(const optim::Optimizer& opt, const char* what) {
       };
       k.get_options = [](optim::OptimizerOptions& o) {
         auto& a = as_options<optim::SGDOptions>(o);
-        return std::vector<double>{a.lr(), a.momentum(), a.dampening(), a.weight_decay(), a.nesterov() ? 1.0 : 0.0};
+        return std::vector<double>{a.lr(), a.momentum(), a.dampening(), a.weight_decay(),
+                                   a.nesterov() ? 1.0 : 0.0};
       };
       k.set_options = [](optim::OptimizerOptions& o, const std::vector<double>& v) {
-        as_options<optim::SGDOptions>(o).lr(v[0]).momentum(v[1]).dampening(v[2]).weight_decay(v[3]).nesterov(v[4] != 0);
+        as_options<optim::SGDOptions>(o)
+            .lr(v[0])
+            .momentum(v[1])
+            .dampening(v[2])
+            .weight_decay(v[3])
+            .nesterov(v[4] != 0);
       };
       v.push_back(std::move(k));
     }
@@ -125,14 +131,21 @@ const Kind& kind_of(const optim::Optimizer& opt, const char* what) {
       k.field = [](optim::OptimizerParamState& s, std::size_t) -> at::Tensor& {
         return as<optim::AdagradParamState>(s).sum();
       };
-      k.step = [](optim::OptimizerParamState& s) -> int64_t& { return as<optim::AdagradParamState>(s).step(); };
+      k.step = [](optim::OptimizerParamState& s) -> int64_t& {
+        return as<optim::AdagradParamState>(s).step();
+      };
       k.get_options = [](optim::OptimizerOptions& o) {
         auto& a = as_options<optim::AdagradOptions>(o);
-        return std::vector<double>{a.lr(), a.lr_decay(), a.weight_decay(), a.initial_accumulator_value(), a.eps()};
+        return std::vector<double>{a.lr(), a.lr_decay(), a.weight_decay(),
+                                   a.initial_accumulator_value(), a.eps()};
       };
       k.set_options = [](optim::OptimizerOptions& o, const std::vector<double>& v) {
-        as_options<optim::AdagradOptions>(o).lr(v[0]).lr_decay(v[1]).weight_decay(v[2]).initial_accumulator_value(v[3]).eps(
-            v[4]);
+        as_options<optim::AdagradOptions>(o)
+            .lr(v[0])
+            .lr_decay(v[1])
+            .weight_decay(v[2])
+            .initial_accumulator_value(v[3])
+            .eps(v[4]);
       };
       v.push_back(std::move(k));
     }
@@ -148,29 +161,43 @@ const Kind& kind_of(const optim::Optimizer& opt, const char* what) {
         auto& st = as<optim::RMSpropParamState>(s);
         return f == 0 ? st.square_avg() : f == 1 ? st.momentum_buffer() : st.grad_avg();
       };
-      k.step = [](optim::OptimizerParamState& s) -> int64_t& { return as<optim::RMSpropParamState>(s).step(); };
+      k.step = [](optim::OptimizerParamState& s) -> int64_t& {
+        return as<optim::RMSpropParamState>(s).step();
+      };
       k.get_options = [](optim::OptimizerOptions& o) {
         auto& a = as_options<optim::RMSpropOptions>(o);
-        return std::vector<double>{a.lr(), a.alpha(), a.eps(), a.weight_decay(), a.momentum(), a.centered() ? 1.0 : 0.0};
+        return std::vector<double>{a.lr(),           a.alpha(),    a.eps(),
+                                   a.weight_decay(), a.momentum(), a.centered() ? 1.0 : 0.0};
       };
       k.set_options = [](optim::OptimizerOptions& o, const std::vector<double>& v) {
-        as_options<optim::RMSpropOptions>(o).lr(v[0]).alpha(v[1]).eps(v[2]).weight_decay(v[3]).momentum(v[4]).centered(
-            v[5] != 0);
+        as_options<optim::RMSpropOptions>(o)
+            .lr(v[0])
+            .alpha(v[1])
+            .eps(v[2])
+            .weight_decay(v[3])
+            .momentum(v[4])
+            .centered(v[5] != 0);
       };
       v.push_back(std::move(k));
     }
     return v;
   }();
   int id = 0;
-  if (dynamic_cast<const optim::SGD*>(&opt)) id = 1;
-  else if (dynamic_cast<const optim::Adam*>(&opt)) id = 2;
-  else if (dynamic_cast<const optim::AdamW*>(&opt)) id = 3;
-  else if (dynamic_cast<const optim::Adagrad*>(&opt)) id = 4;
-  else if (dynamic_cast<const optim::RMSprop*>(&opt)) id = 5;
+  if (dynamic_cast<const optim::SGD*>(&opt))
+    id = 1;
+  else if (dynamic_cast<const optim::Adam*>(&opt))
+    id = 2;
+  else if (dynamic_cast<const optim::AdamW*>(&opt))
+    id = 3;
+  else if (dynamic_cast<const optim::Adagrad*>(&opt))
+    id = 4;
+  else if (dynamic_cast<const optim::RMSprop*>(&opt))
+    id = 5;
   if (id == 0)
-    throw InvalidArgumentError(std::string("hvd::torch::") + what +
-                               ": this optimizer's state is not known to hvd (supported: torch::optim::SGD, Adam, "
-                               "AdamW, Adagrad, RMSprop).");
+    throw InvalidArgumentError(
+        std::string("hvd::torch::") + what +
+        ": this optimizer's state is not known to hvd (supported: torch::optim::SGD, Adam, "
+        "AdamW, Adagrad, RMSprop).");
   return kinds[static_cast<std::size_t>(id - 1)];
 }
 
@@ -201,13 +228,15 @@ std::vector<int64_t> describe_state(optim::Optimizer& opt, const Kind& k) {
 }
 
 // Why `d` does not fit this optimizer ("" when it does).
-std::string desc_mismatch(const std::vector<int64_t>& d, optim::Optimizer& opt, const Kind& k, const std::string& source) {
+std::string desc_mismatch(const std::vector<int64_t>& d, optim::Optimizer& opt, const Kind& k,
+                          const std::string& source) {
   const std::size_t n = all_params(opt).size();
   if (d.size() < kHeader || d[0] != k.id) {
     std::string other = "an unknown optimizer";
     if (d.size() >= kHeader)
       for (int id = 1; id <= 5; ++id)
-        if (d[0] == id) other = std::vector<std::string>{"SGD", "Adam", "AdamW", "Adagrad", "RMSprop"}[id - 1];
+        if (d[0] == id)
+          other = std::vector<std::string>{"SGD", "Adam", "AdamW", "Adagrad", "RMSprop"}[id - 1];
     return source + " holds the state of " + other + ", this rank's optimizer is " + k.name;
   }
   if (d[1] != static_cast<int64_t>(n) || d[2] != static_cast<int64_t>(opt.param_groups().size()))
@@ -235,7 +264,8 @@ void apply_desc(optim::Optimizer& opt, const Kind& k, const std::vector<int64_t>
     if (!slot) slot = k.make();
     for (std::size_t f = 0; f < F; ++f) {
       at::Tensor& t = k.field(*slot, f);
-      if (!e[1 + f]) t = at::Tensor();
+      if (!e[1 + f])
+        t = at::Tensor();
       else if (!t.defined() || !t.sizes().equals(params[i].sizes()))
         t = at::zeros_like(params[i], at::MemoryFormat::Contiguous);
     }
@@ -255,8 +285,9 @@ std::vector<double> get_options(optim::Optimizer& opt, const Kind& k) {
 void set_options(optim::Optimizer& opt, const Kind& k, const std::vector<double>& v) {
   std::size_t i = 0;
   for (auto& g : opt.param_groups()) {
-    k.set_options(g.options(), std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(i),
-                                                   v.begin() + static_cast<std::ptrdiff_t>(i + k.num_options)));
+    k.set_options(g.options(),
+                  std::vector<double>(v.begin() + static_cast<std::ptrdiff_t>(i),
+                                      v.begin() + static_cast<std::ptrdiff_t>(i + k.num_options)));
     i += k.num_options;
   }
 }
@@ -300,7 +331,8 @@ std::vector<double> to_float64(const at::Tensor& t) {
 void broadcast_optimizer_state(optim::Optimizer& optimizer, int root) {
   if (auto* d = dynamic_cast<DistributedOptimizer*>(&optimizer)) {
     broadcast_optimizer_state(d->optimizer(), root);
-    for (std::size_t g = 0; g < d->param_groups().size() && g < d->optimizer().param_groups().size(); ++g)
+    for (std::size_t g = 0;
+         g < d->param_groups().size() && g < d->optimizer().param_groups().size(); ++g)
       d->param_groups()[g].set_options(d->optimizer().param_groups()[g].options().clone());
     return;
   }
@@ -310,16 +342,19 @@ void broadcast_optimizer_state(optim::Optimizer& optimizer, int root) {
   const std::vector<int64_t> mine = describe_state(optimizer, k);
   at::Tensor header = int64_tensor(std::vector<int64_t>(mine.begin(), mine.begin() + kHeader));
   broadcast_(header, root, prefix + "header");
-  const std::string mismatch = desc_mismatch(to_int64(header), optimizer, k, "root rank " + std::to_string(root));
+  const std::string mismatch =
+      desc_mismatch(to_int64(header), optimizer, k, "root rank " + std::to_string(root));
   at::Tensor bad = at::full({1}, mismatch.empty() ? 0 : 1, at::TensorOptions().dtype(at::kInt));
   allreduce_(bad, prefix + "check", ReduceOp::kMax);
   if (!mismatch.empty())
-    throw InvalidArgumentError("hvd::torch::broadcast_optimizer_state: " + mismatch +
-                               ": every rank must pass the same kind of optimizer over the same parameters.");
+    throw InvalidArgumentError(
+        "hvd::torch::broadcast_optimizer_state: " + mismatch +
+        ": every rank must pass the same kind of optimizer over the same parameters.");
   if (bad.item<int>() != 0)
     throw InvalidArgumentError(
         "hvd::torch::broadcast_optimizer_state: another rank's optimizer differs from root rank " +
-        std::to_string(root) + "'s (that rank's error says how): every rank must pass the same kind of optimizer over "
+        std::to_string(root) +
+        "'s (that rank's error says how): every rank must pass the same kind of optimizer over "
         "the same parameters.");
   // 2. Root's descriptor and options; the state takes root's shape everywhere.
   at::Tensor desc = int64_tensor(mine);
@@ -380,14 +415,16 @@ optim::Optimizer& unwrap(optim::Optimizer& opt) {
 
 }  // namespace
 
-void Checkpointer::save(int64_t step, const ::torch::nn::Module& model, optim::Optimizer& optimizer_in,
+void Checkpointer::save(int64_t step, const ::torch::nn::Module& model,
+                        optim::Optimizer& optimizer_in,
                         const std::map<std::string, std::string>& metadata) {
   optim::Optimizer& optimizer = unwrap(optimizer_in);
   const Kind& k = kind_of(optimizer, "Checkpointer::save");
   Staged s;
   add_model(s, model);
   const std::vector<int64_t> desc = describe_state(optimizer, k);
-  s.add("optimizer.header", int64_tensor(std::vector<int64_t>(desc.begin(), desc.begin() + kHeader)));
+  s.add("optimizer.header",
+        int64_tensor(std::vector<int64_t>(desc.begin(), desc.begin() + kHeader)));
   s.add("optimizer.state", int64_tensor(desc));
   s.add("optimizer.options", float64_tensor(get_options(optimizer, k)));
   for (const auto& [name, t] : state_tensors(optimizer, k, "optimizer.")) s.add(name, t);
@@ -411,13 +448,15 @@ std::optional<int64_t> Checkpointer::restore_latest(::torch::nn::Module& model) 
   return step;
 }
 
-std::optional<int64_t> Checkpointer::restore_latest(::torch::nn::Module& model, optim::Optimizer& optimizer_in) {
+std::optional<int64_t> Checkpointer::restore_latest(::torch::nn::Module& model,
+                                                    optim::Optimizer& optimizer_in) {
   optim::Optimizer& optimizer = unwrap(optimizer_in);
   const Kind& k = kind_of(optimizer, "Checkpointer::restore_latest");
   // 1. The model, the state's descriptor and the options (sized from this rank's optimizer).
   Staged s;
   add_model(s, model);
-  at::Tensor desc = int64_tensor(std::vector<int64_t>(desc_size(k, all_params(optimizer).size()), 0));
+  at::Tensor desc =
+      int64_tensor(std::vector<int64_t>(desc_size(k, all_params(optimizer).size()), 0));
   at::Tensor options = float64_tensor(get_options(optimizer, k));
   s.add("optimizer.state", desc);
   s.add("optimizer.options", options);
@@ -432,18 +471,20 @@ std::optional<int64_t> Checkpointer::restore_latest(::torch::nn::Module& model, 
       h.add("optimizer.header", int64_tensor(std::vector<int64_t>(kHeader, 0)));
       if (checkpointer_.restore_latest(h.named))
         mismatch = desc_mismatch(to_int64(h.keep[0]), optimizer, k, "the newest checkpoint");
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
     if (!mismatch.empty())
-      throw InvalidArgumentError("hvd::torch::Checkpointer::restore_latest from '" + checkpointer_.dir() +
-                                 "': " + mismatch + ": restore with the model and optimizer it was saved from.");
-    throw InvalidArgumentError(std::string(e.what()) + " (hvd::torch::Checkpointer: was it saved from another model "
-                                                       "or optimizer, or without an optimizer?)");
+      throw InvalidArgumentError("hvd::torch::Checkpointer::restore_latest from '" +
+                                 checkpointer_.dir() + "': " + mismatch +
+                                 ": restore with the model and optimizer it was saved from.");
+    throw InvalidArgumentError(std::string(e.what()) +
+                               " (hvd::torch::Checkpointer: was it saved from another model "
+                               "or optimizer, or without an optimizer?)");
   }
   if (!step) return std::nullopt;
   s.finish_restore();
   const std::vector<int64_t> d = to_int64(desc);
-  const std::string mismatch = desc_mismatch(d, optimizer, k, "the checkpoint of step " + std::to_string(*step));
+  const std::string mismatch =
+      desc_mismatch(d, optimizer, k, "the checkpoint of step " + std::to_string(*step));
   if (!mismatch.empty())
     throw InvalidArgumentError("hvd::torch::Checkpointer::restore_latest: " + mismatch + ".");
   // 2. The state the checkpoint has, created where missing, then filled.
@@ -454,9 +495,11 @@ std::optional<int64_t> Checkpointer::restore_latest(::torch::nn::Module& model, 
   if (!st.named.empty()) {
     std::optional<int64_t> again = checkpointer_.restore_latest(st.named);
     if (again != step)
-      throw Error("hvd::torch::Checkpointer::restore_latest: the newest checkpoint in '" + checkpointer_.dir() +
-                  "' changed while it was being restored (step " + std::to_string(*step) + ", then " +
-                  (again ? std::to_string(*again) : std::string("none")) + "): do not save while restoring.");
+      throw Error("hvd::torch::Checkpointer::restore_latest: the newest checkpoint in '" +
+                  checkpointer_.dir() + "' changed while it was being restored (step " +
+                  std::to_string(*step) + ", then " +
+                  (again ? std::to_string(*again) : std::string("none")) +
+                  "): do not save while restoring.");
     st.finish_restore();
   }
   return step;
@@ -469,14 +512,15 @@ struct DistributedOptimizer::Slot {
   at::Tensor param;
   bool hooked = false;
   unsigned hook = 0;
-  int passes = 0;          // gradients produced since the last step
-  Handle handle;           // the all-reduce in flight
-  at::Tensor buffer;       // what it reduces (param.grad() itself when in place)
+  int passes = 0;     // gradients produced since the last step
+  Handle handle;      // the all-reduce in flight
+  at::Tensor buffer;  // what it reduces (param.grad() itself when in place)
   bool in_place = false;
   double hook_seconds = 0;
 };
 
-DistributedOptimizer::DistributedOptimizer(optim::Optimizer& optimizer, const NamedTensors& named_parameters,
+DistributedOptimizer::DistributedOptimizer(optim::Optimizer& optimizer,
+                                           const NamedTensors& named_parameters,
                                            DistributedOptimizerOptions options)
     : optim::Optimizer(optimizer.param_groups(), optimizer.defaults().clone()),
       optimizer_(optimizer),
@@ -484,7 +528,8 @@ DistributedOptimizer::DistributedOptimizer(optim::Optimizer& optimizer, const Na
   init(&named_parameters);
 }
 
-DistributedOptimizer::DistributedOptimizer(optim::Optimizer& optimizer, DistributedOptimizerOptions options)
+DistributedOptimizer::DistributedOptimizer(optim::Optimizer& optimizer,
+                                           DistributedOptimizerOptions options)
     : optim::Optimizer(optimizer.param_groups(), optimizer.defaults().clone()),
       optimizer_(optimizer),
       options_(options) {
@@ -494,13 +539,16 @@ DistributedOptimizer::DistributedOptimizer(optim::Optimizer& optimizer, Distribu
 void DistributedOptimizer::init(const NamedTensors* named) {
   const std::string what = "hvd::torch::DistributedOptimizer: ";
   if (dynamic_cast<DistributedOptimizer*>(&optimizer_))
-    throw InvalidArgumentError(what + "the optimizer is a DistributedOptimizer already: wrap the plain optimizer once.");
+    throw InvalidArgumentError(
+        what + "the optimizer is a DistributedOptimizer already: wrap the plain optimizer once.");
   if (options_.backward_passes_per_step < 1)
-    throw InvalidArgumentError(what + "backward_passes_per_step is " + std::to_string(options_.backward_passes_per_step) +
+    throw InvalidArgumentError(what + "backward_passes_per_step is " +
+                               std::to_string(options_.backward_passes_per_step) +
                                "; it must be at least 1.");
   if (options_.op != ReduceOp::kAverage && options_.op != ReduceOp::kSum)
-    throw InvalidArgumentError(what + "op is " + reduce_op_name(options_.op) +
-                               "; gradients are reduced with ReduceOp::kAverage or ReduceOp::kSum.");
+    throw InvalidArgumentError(
+        what + "op is " + reduce_op_name(options_.op) +
+        "; gradients are reduced with ReduceOp::kAverage or ReduceOp::kSum.");
   std::unordered_map<const c10::TensorImpl*, std::string> names;
   if (named)
     for (const auto& item : *named) names.emplace(item.value().unsafeGetTensorImpl(), item.key());
@@ -529,9 +577,10 @@ void DistributedOptimizer::init(const NamedTensors* named) {
     std::string list;
     for (std::size_t i = 0; i < unnamed.size() && i < 3; ++i) list += (i ? "; " : "") + unnamed[i];
     if (unnamed.size() > 3) list += "; ...";
-    throw InvalidArgumentError(what + std::to_string(unnamed.size()) +
-                               " of the optimizer's parameters are not in named_parameters (" + list +
-                               "): pass the named_parameters() of the module whose parameters the optimizer updates.");
+    throw InvalidArgumentError(
+        what + std::to_string(unnamed.size()) +
+        " of the optimizer's parameters are not in named_parameters (" + list +
+        "): pass the named_parameters() of the module whose parameters the optimizer updates.");
   }
   for (const auto& g : param_groups_) synced_lr_.push_back(g.options().get_lr());
   for (std::size_t i = 0; i < slots_.size(); ++i) {
@@ -548,14 +597,12 @@ DistributedOptimizer::~DistributedOptimizer() {
     if (s->hooked) {
       try {
         s->param.remove_hook(s->hook);
-      } catch (...) {
-      }
+      } catch (...) {}
     }
     if (s->handle.valid()) {
       try {
         s->handle.wait();  // its buffer must outlive the operation
-      } catch (...) {
-      }
+      } catch (...) {}
     }
   }
 }
@@ -565,12 +612,13 @@ void DistributedOptimizer::on_gradient(std::size_t i, const at::Tensor& grad) {
   const double t0 = now_seconds();
   const int k = options_.backward_passes_per_step;
   if (++s.passes > k)
-    throw InvalidArgumentError("hvd::torch::DistributedOptimizer: the gradient of '" + s.name.substr(5) +
-                               "' was computed " + std::to_string(s.passes) +
-                               " times since the last step(), but backward_passes_per_step is " + std::to_string(k) +
-                               ": call step() after every backward pass, or set "
-                               "DistributedOptimizerOptions::backward_passes_per_step to the number of backward "
-                               "passes per step.");
+    throw InvalidArgumentError(
+        "hvd::torch::DistributedOptimizer: the gradient of '" + s.name.substr(5) +
+        "' was computed " + std::to_string(s.passes) +
+        " times since the last step(), but backward_passes_per_step is " + std::to_string(k) +
+        ": call step() after every backward pass, or set "
+        "DistributedOptimizerOptions::backward_passes_per_step to the number of backward "
+        "passes per step.");
   if (!options_.overlap || s.passes < k) return;
   // The gradient .grad will hold once autograd has accumulated `grad` into it. `grad` itself may
   // become .grad or be read by autograd after this hook: reduce a copy.
@@ -643,17 +691,19 @@ void DistributedOptimizer::sync_options() {
   auto& theirs = optimizer_.param_groups();
   if (theirs.size() != param_groups_.size())
     throw InvalidArgumentError("hvd::torch::DistributedOptimizer: the wrapped optimizer has " +
-                               std::to_string(theirs.size()) + " param groups, " + std::to_string(param_groups_.size()) +
+                               std::to_string(theirs.size()) + " param groups, " +
+                               std::to_string(param_groups_.size()) +
                                " when it was wrapped: wrap it after adding every param group.");
   for (std::size_t g = 0; g < theirs.size(); ++g) {
     const double ours = param_groups_[g].options().get_lr();
     const double wrapped = theirs[g].options().get_lr();
     const double synced = synced_lr_[g];
     if (ours != synced && wrapped != synced && ours != wrapped)
-      throw InvalidArgumentError("hvd::torch::DistributedOptimizer: the learning rate of param group " +
-                                 std::to_string(g) + " was set to " + std::to_string(ours) +
-                                 " on the DistributedOptimizer and to " + std::to_string(wrapped) +
-                                 " on the wrapped optimizer since the last step(): set it on one of them.");
+      throw InvalidArgumentError(
+          "hvd::torch::DistributedOptimizer: the learning rate of param group " +
+          std::to_string(g) + " was set to " + std::to_string(ours) +
+          " on the DistributedOptimizer and to " + std::to_string(wrapped) +
+          " on the wrapped optimizer since the last step(): set it on one of them.");
     const double lr = ours != synced ? ours : wrapped;
     theirs[g].options().set_lr(lr);
     param_groups_[g].set_options(theirs[g].options().clone());
@@ -664,7 +714,8 @@ void DistributedOptimizer::sync_options() {
 at::Tensor DistributedOptimizer::step(LossClosure closure) {
   if (closure)
     throw InvalidArgumentError(
-        "hvd::torch::DistributedOptimizer::step() takes no closure: compute the loss and call backward() before "
+        "hvd::torch::DistributedOptimizer::step() takes no closure: compute the loss and call "
+        "backward() before "
         "step() (closure-based optimizers such as LBFGS are not supported).");
   if (!synchronized_) synchronize();
   synchronized_ = false;
@@ -680,10 +731,10 @@ at::Tensor DistributedOptimizer::step(LossClosure closure) {
 void DistributedOptimizer::zero_grad() {
   for (const auto& s : slots_)
     if (s->handle.valid())
-      throw InvalidArgumentError("hvd::torch::DistributedOptimizer::zero_grad(): the all-reduce of '" +
-                                 s->name.substr(5) +
-                                 "' is in flight (backward() ran since the last step()): call step() or "
-                                 "synchronize() before zero_grad().");
+      throw InvalidArgumentError(
+          "hvd::torch::DistributedOptimizer::zero_grad(): the all-reduce of '" + s->name.substr(5) +
+          "' is in flight (backward() ran since the last step()): call step() or "
+          "synchronize() before zero_grad().");
   optim::Optimizer::zero_grad();
 }
 
@@ -692,7 +743,9 @@ void DistributedOptimizer::reset_stats() {
   last_step_end_ = now_seconds();
 }
 
-void DistributedOptimizer::save(::torch::serialize::OutputArchive& archive) const { optimizer_.save(archive); }
+void DistributedOptimizer::save(::torch::serialize::OutputArchive& archive) const {
+  optimizer_.save(archive);
+}
 void DistributedOptimizer::load(::torch::serialize::InputArchive& archive) {
   optimizer_.load(archive);
   for (std::size_t g = 0; g < param_groups_.size() && g < optimizer_.param_groups().size(); ++g) {
@@ -703,14 +756,20 @@ void DistributedOptimizer::load(::torch::serialize::InputArchive& archive) {
 
 // ---- DistributedSampler ------------------------------------------------------------------------------
 
-DistributedSampler::DistributedSampler(std::size_t size) : DistributedSampler(size, hvd::size(), hvd::rank()) {}
+DistributedSampler::DistributedSampler(std::size_t size)
+    : DistributedSampler(size, hvd::size(), hvd::rank()) {}
 
-DistributedSampler::DistributedSampler(std::size_t size, int num_replicas, int rank, bool shuffle, uint64_t seed,
-                                       bool drop_last)
-    : size_(size), num_replicas_(num_replicas), rank_(rank), shuffle_(shuffle), seed_(seed), drop_last_(drop_last) {
+DistributedSampler::DistributedSampler(std::size_t size, int num_replicas, int rank, bool shuffle,
+                                       uint64_t seed, bool drop_last)
+    : size_(size),
+      num_replicas_(num_replicas),
+      rank_(rank),
+      shuffle_(shuffle),
+      seed_(seed),
+      drop_last_(drop_last) {
   if (num_replicas < 1 || rank < 0 || rank >= num_replicas)
-    throw InvalidArgumentError("hvd::torch::DistributedSampler: rank " + std::to_string(rank) + " of " +
-                               std::to_string(num_replicas) +
+    throw InvalidArgumentError("hvd::torch::DistributedSampler: rank " + std::to_string(rank) +
+                               " of " + std::to_string(num_replicas) +
                                " replicas: pass num_replicas >= 1 and 0 <= rank < num_replicas.");
 }
 
@@ -769,7 +828,8 @@ void DistributedSampler::save(::torch::serialize::OutputArchive& archive) const 
 }
 
 void DistributedSampler::load(::torch::serialize::InputArchive& archive) {
-  at::Tensor epoch = at::empty({}, at::kLong), next_epoch = at::empty({}, at::kLong), position = at::empty({}, at::kLong);
+  at::Tensor epoch = at::empty({}, at::kLong), next_epoch = at::empty({}, at::kLong),
+             position = at::empty({}, at::kLong);
   archive.read("epoch", epoch, true);
   archive.read("next_epoch", next_epoch, true);
   archive.read("position", position, true);

@@ -150,7 +150,8 @@ void run_baselines(const Options& o, int rank, int nranks, std::vector<Row>& row
     b.fill_inputs(rank, nranks);
     b.poison_outputs();
     row.unfused.time_us = time_loop(
-        o, [&] { mpi.run_unfused(c.dtype, c.op, b.in, b.out, c.count); }, barrier, &row.unfused.wrote);
+        o, [&] { mpi.run_unfused(c.dtype, c.op, b.in, b.out, c.count); }, barrier,
+        &row.unfused.wrote);
     row.unfused.wrong = b.count_wrong_outputs(nranks);
     if (o.tensors > 1) {
       b.poison_outputs();
@@ -320,25 +321,29 @@ void print_table(const Options& o, const std::vector<Row>& rows, int nranks) {
 // --compression: one line per row and HVD_COMPRESSION value, with time and bytes written relative
 // to the first value, and the raw MPI_Allreduce for reference.
 void print_compression_table(const Options& o, const std::vector<Row>& rows) {
-  std::printf("# HVD_COMPRESSION, each measured in this process (hvd::init/shutdown in between); wrote(B): bytes\n"
-              "# each rank wrote to sockets per iteration (/proc/self/io wchar; the TCP transport's sends,\n"
-              "# headers included; about 0 on shared memory); ratios relative to '%s'\n",
-              o.compressions.front().c_str());
-  std::printf("# %10s %9s %6s %14s  %12s %9s  %12s %9s %6s\n", "size(B)", "type", "redop", "compression", "time(us)",
-              "time/1st", "wrote(B)", "wrote/1st", "#wrong");
+  std::printf(
+      "# HVD_COMPRESSION, each measured in this process (hvd::init/shutdown in between); wrote(B): "
+      "bytes\n"
+      "# each rank wrote to sockets per iteration (/proc/self/io wchar; the TCP transport's "
+      "sends,\n"
+      "# headers included; about 0 on shared memory); ratios relative to '%s'\n",
+      o.compressions.front().c_str());
+  std::printf("# %10s %9s %6s %14s  %12s %9s  %12s %9s %6s\n", "size(B)", "type", "redop",
+              "compression", "time(us)", "time/1st", "wrote(B)", "wrote/1st", "#wrong");
   for (const Row& r : rows) {
     const Measure& first = r.by_compression.front();
     auto rel = [](double a, double b) { return b > 0 ? a / b : 0.0; };
     for (std::size_t k = 0; k < o.compressions.size(); ++k) {
       const Measure& m = r.by_compression[k];
-      std::printf("  %10lld %9s %6s %14s  %12.2f %9.3f  %12.0f %9.3f %6lld\n", static_cast<long long>(r.c.bytes),
-                  type_name(r.c.dtype), op_name(r.c.op), o.compressions[k].c_str(), m.time_us,
-                  rel(m.time_us, first.time_us), m.wrote, rel(m.wrote, first.wrote),
-                  static_cast<long long>(m.wrong));
+      std::printf("  %10lld %9s %6s %14s  %12.2f %9.3f  %12.0f %9.3f %6lld\n",
+                  static_cast<long long>(r.c.bytes), type_name(r.c.dtype), op_name(r.c.op),
+                  o.compressions[k].c_str(), m.time_us, rel(m.time_us, first.time_us), m.wrote,
+                  rel(m.wrote, first.wrote), static_cast<long long>(m.wrong));
     }
-    std::printf("  %10lld %9s %6s %14s  %12.2f %9.3f  %12.0f %9.3f %6lld\n", static_cast<long long>(r.c.bytes),
-                type_name(r.c.dtype), op_name(r.c.op), "MPI_Allreduce", r.unfused.time_us,
-                rel(r.unfused.time_us, first.time_us), r.unfused.wrote, rel(r.unfused.wrote, first.wrote),
+    std::printf("  %10lld %9s %6s %14s  %12.2f %9.3f  %12.0f %9.3f %6lld\n",
+                static_cast<long long>(r.c.bytes), type_name(r.c.dtype), op_name(r.c.op),
+                "MPI_Allreduce", r.unfused.time_us, rel(r.unfused.time_us, first.time_us),
+                r.unfused.wrote, rel(r.unfused.wrote, first.wrote),
                 static_cast<long long>(r.unfused.wrong));
   }
   std::printf("#\n");
@@ -360,7 +365,8 @@ int run(int argc, char** argv, int rank, int nranks) {
   }
   std::vector<Row> rows;
   const std::size_t slots = o.compressions.empty() ? 1 : o.compressions.size();
-  for (const Case& c : make_cases(o)) rows.push_back(Row{c, {}, {}, {}, std::vector<Measure>(slots)});
+  for (const Case& c : make_cases(o))
+    rows.push_back(Row{c, {}, {}, {}, std::vector<Measure>(slots)});
 
   if (rank == 0) print_header(o, nranks);
   print_ranks(rank, nranks);

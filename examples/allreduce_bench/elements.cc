@@ -41,11 +41,16 @@ bool is_floating(DataType t) {
 
 double avg_tolerance(DataType t) {
   switch (t) {
-    case DataType::kFloat32: return 1e-5;
-    case DataType::kFloat64: return 1e-12;
-    case DataType::kFloat16: return 2e-3;
-    case DataType::kBFloat16: return 1.6e-2;
-    default: return 0;
+    case DataType::kFloat32:
+      return 1e-5;
+    case DataType::kFloat64:
+      return 1e-12;
+    case DataType::kFloat16:
+      return 2e-3;
+    case DataType::kBFloat16:
+      return 1.6e-2;
+    default:
+      return 0;
   }
 }
 
@@ -102,28 +107,52 @@ uint16_t float_to_bfloat16(float f) {
 
 double load(DataType dtype, const void* data, int64_t i) {
   switch (dtype) {
-    case DataType::kUInt8: return at<uint8_t>(data, i);
-    case DataType::kInt8: return at<int8_t>(data, i);
-    case DataType::kInt32: return at<int32_t>(data, i);
-    case DataType::kInt64: return static_cast<double>(at<int64_t>(data, i));
-    case DataType::kFloat16: return half_to_float(at<uint16_t>(data, i));
-    case DataType::kBFloat16: return bfloat16_to_float(at<uint16_t>(data, i));
-    case DataType::kFloat32: return at<float>(data, i);
-    case DataType::kFloat64: return at<double>(data, i);
+    case DataType::kUInt8:
+      return at<uint8_t>(data, i);
+    case DataType::kInt8:
+      return at<int8_t>(data, i);
+    case DataType::kInt32:
+      return at<int32_t>(data, i);
+    case DataType::kInt64:
+      return static_cast<double>(at<int64_t>(data, i));
+    case DataType::kFloat16:
+      return half_to_float(at<uint16_t>(data, i));
+    case DataType::kBFloat16:
+      return bfloat16_to_float(at<uint16_t>(data, i));
+    case DataType::kFloat32:
+      return at<float>(data, i);
+    case DataType::kFloat64:
+      return at<double>(data, i);
   }
   return 0;
 }
 
 void store(DataType dtype, void* data, int64_t i, double v) {
   switch (dtype) {
-    case DataType::kUInt8: put(data, i, static_cast<uint8_t>(v)); break;
-    case DataType::kInt8: put(data, i, static_cast<int8_t>(v)); break;
-    case DataType::kInt32: put(data, i, static_cast<int32_t>(v)); break;
-    case DataType::kInt64: put(data, i, static_cast<int64_t>(v)); break;
-    case DataType::kFloat16: put(data, i, float_to_half(static_cast<float>(v))); break;
-    case DataType::kBFloat16: put(data, i, float_to_bfloat16(static_cast<float>(v))); break;
-    case DataType::kFloat32: put(data, i, static_cast<float>(v)); break;
-    case DataType::kFloat64: put(data, i, v); break;
+    case DataType::kUInt8:
+      put(data, i, static_cast<uint8_t>(v));
+      break;
+    case DataType::kInt8:
+      put(data, i, static_cast<int8_t>(v));
+      break;
+    case DataType::kInt32:
+      put(data, i, static_cast<int32_t>(v));
+      break;
+    case DataType::kInt64:
+      put(data, i, static_cast<int64_t>(v));
+      break;
+    case DataType::kFloat16:
+      put(data, i, float_to_half(static_cast<float>(v)));
+      break;
+    case DataType::kBFloat16:
+      put(data, i, float_to_bfloat16(static_cast<float>(v)));
+      break;
+    case DataType::kFloat32:
+      put(data, i, static_cast<float>(v));
+      break;
+    case DataType::kFloat64:
+      put(data, i, v);
+      break;
   }
 }
 
@@ -138,7 +167,8 @@ double input_value(ReduceOp op, DataType dtype, int rank, int nranks, int64_t j)
       }
       return v;
     }
-    case ReduceOp::kProduct: return (rank < 12 && (j + rank) % 2 == 0) ? 2.0 : 1.0;
+    case ReduceOp::kProduct:
+      return (rank < 12 && (j + rank) % 2 == 0) ? 2.0 : 1.0;
     case ReduceOp::kMin:
     case ReduceOp::kMax: {
       const double v = static_cast<double>((7 * j + 3 * static_cast<int64_t>(rank)) % 11);
@@ -154,10 +184,18 @@ double expected_value(ReduceOp op, DataType dtype, int nranks, int64_t j) {
     const double v = input_value(op, dtype, r, nranks, j);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAverage: acc += v; break;
-      case ReduceOp::kProduct: acc *= v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kAverage:
+        acc += v;
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
     }
   }
   return op == ReduceOp::kAverage ? acc / nranks : acc;
@@ -183,16 +221,30 @@ int64_t count_wrong(ReduceOp op, DataType dtype, int nranks, int64_t first, cons
 
 void divide(DataType dtype, void* data, int64_t count, int n) {
   switch (dtype) {
-    case DataType::kUInt8: divide_typed<uint8_t>(data, count, n); break;
-    case DataType::kInt8: divide_typed<int8_t>(data, count, n); break;
-    case DataType::kInt32: divide_typed<int32_t>(data, count, n); break;
-    case DataType::kInt64: divide_typed<int64_t>(data, count, n); break;
-    case DataType::kFloat16: divide_16<half_to_float, float_to_half>(data, count, n); break;
+    case DataType::kUInt8:
+      divide_typed<uint8_t>(data, count, n);
+      break;
+    case DataType::kInt8:
+      divide_typed<int8_t>(data, count, n);
+      break;
+    case DataType::kInt32:
+      divide_typed<int32_t>(data, count, n);
+      break;
+    case DataType::kInt64:
+      divide_typed<int64_t>(data, count, n);
+      break;
+    case DataType::kFloat16:
+      divide_16<half_to_float, float_to_half>(data, count, n);
+      break;
     case DataType::kBFloat16:
       divide_16<bfloat16_to_float, float_to_bfloat16>(data, count, n);
       break;
-    case DataType::kFloat32: divide_typed<float>(data, count, n); break;
-    case DataType::kFloat64: divide_typed<double>(data, count, n); break;
+    case DataType::kFloat32:
+      divide_typed<float>(data, count, n);
+      break;
+    case DataType::kFloat64:
+      divide_typed<double>(data, count, n);
+      break;
   }
 }
 

@@ -64,10 +64,14 @@ void create_ops(MPI_Op ops[4]) {
 int fold_index(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return kFoldSum;
-    case ReduceOp::kProduct: return kFoldProd;
-    case ReduceOp::kMin: return kFoldMin;
-    case ReduceOp::kMax: return kFoldMax;
+    case ReduceOp::kAverage:
+      return kFoldSum;
+    case ReduceOp::kProduct:
+      return kFoldProd;
+    case ReduceOp::kMin:
+      return kFoldMin;
+    case ReduceOp::kMax:
+      return kFoldMax;
   }
   return kFoldSum;
 }
@@ -87,14 +91,21 @@ MpiBaseline::~MpiBaseline() {
 
 MPI_Datatype MpiBaseline::mpi_type(DataType dtype) const {
   switch (dtype) {
-    case DataType::kUInt8: return MPI_UINT8_T;
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
     case DataType::kFloat16:
-    case DataType::kBFloat16: return MPI_UINT16_T;
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBFloat16:
+      return MPI_UINT16_T;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
   }
   return MPI_BYTE;
 }
@@ -104,10 +115,14 @@ MPI_Op MpiBaseline::mpi_op(DataType dtype, ReduceOp op) const {
   if (dtype == DataType::kBFloat16) return bf16_ops_[fold_index(op)];
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: return MPI_SUM;
-    case ReduceOp::kProduct: return MPI_PROD;
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kAverage:
+      return MPI_SUM;
+    case ReduceOp::kProduct:
+      return MPI_PROD;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
   }
   return MPI_SUM;
 }

@@ -58,10 +58,17 @@ int64_t parse_size(const std::string& flag, const std::string& text) {
   int shift = 0;
   if (!digits.empty()) {
     switch (std::toupper(static_cast<unsigned char>(digits.back()))) {
-      case 'K': shift = 10; break;
-      case 'M': shift = 20; break;
-      case 'G': shift = 30; break;
-      default: break;
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
+      default:
+        break;
     }
     if (shift != 0) digits.pop_back();
   }
@@ -175,25 +182,38 @@ std::vector<int64_t> sweep_sizes(const Options& o) {
 
 const char* type_name(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat32: return "float";
-    case DataType::kFloat64: return "double";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kInt8: return "int8";
-    case DataType::kUInt8: return "uint8";
-    case DataType::kFloat16: return "half";
-    case DataType::kBFloat16: return "bfloat16";
+    case DataType::kFloat32:
+      return "float";
+    case DataType::kFloat64:
+      return "double";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kInt8:
+      return "int8";
+    case DataType::kUInt8:
+      return "uint8";
+    case DataType::kFloat16:
+      return "half";
+    case DataType::kBFloat16:
+      return "bfloat16";
   }
   return "?";
 }
 
 const char* op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kProduct: return "prod";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kAverage: return "avg";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kProduct:
+      return "prod";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kAverage:
+      return "avg";
   }
   return "?";
 }

@@ -72,9 +72,12 @@ struct Options {
 };
 
 inline const char* kUsage =
-    "usage: %s [--epochs N] [--batch-size N] [--max-steps N] [--lr X] [--momentum X] [--dropout X]\n"
-    "          [--seed N] [--threads N] [--log-interval N] [--warmup N] [--no-test] [--data-dir DIR]\n"
-    "          [--cache-dir DIR] [--checkpoint-dir DIR] [--weights-out PATH] [--no-overlap] [--fp16-allreduce]\n";
+    "usage: %s [--epochs N] [--batch-size N] [--max-steps N] [--lr X] [--momentum X] [--dropout "
+    "X]\n"
+    "          [--seed N] [--threads N] [--log-interval N] [--warmup N] [--no-test] [--data-dir "
+    "DIR]\n"
+    "          [--cache-dir DIR] [--checkpoint-dir DIR] [--weights-out PATH] [--no-overlap] "
+    "[--fp16-allreduce]\n";
 
 // Parses argv; throws std::invalid_argument naming the flag on bad input; --help prints the usage.
 inline Options parse_options(int argc, char** argv) {
@@ -83,15 +86,16 @@ inline Options parse_options(int argc, char** argv) {
     char* end = nullptr;
     const long long x = std::strtoll(v.c_str(), &end, 10);
     if (v.empty() || *end != '\0' || x < min)
-      throw std::invalid_argument(flag + " needs an integer >= " + std::to_string(min) + ", got '" + v + "'");
+      throw std::invalid_argument(flag + " needs an integer >= " + std::to_string(min) + ", got '" +
+                                  v + "'");
     return static_cast<int64_t>(x);
   };
   auto real = [](const std::string& flag, const std::string& v, double min, double max) {
     char* end = nullptr;
     const double x = std::strtod(v.c_str(), &end);
     if (v.empty() || *end != '\0' || !(x >= min && x <= max))
-      throw std::invalid_argument(flag + " needs a number from " + std::to_string(min) + " to " + std::to_string(max) +
-                                  ", got '" + v + "'");
+      throw std::invalid_argument(flag + " needs a number from " + std::to_string(min) + " to " +
+                                  std::to_string(max) + ", got '" + v + "'");
     return x;
   };
   for (int i = 1; i < argc; ++i) {
@@ -100,9 +104,18 @@ inline Options parse_options(int argc, char** argv) {
       std::printf(kUsage, argv[0]);
       std::exit(0);
     }
-    if (flag == "--no-test") { o.test = false; continue; }
-    if (flag == "--no-overlap") { o.overlap = false; continue; }
-    if (flag == "--fp16-allreduce") { o.fp16_allreduce = true; continue; }
+    if (flag == "--no-test") {
+      o.test = false;
+      continue;
+    }
+    if (flag == "--no-overlap") {
+      o.overlap = false;
+      continue;
+    }
+    if (flag == "--fp16-allreduce") {
+      o.fp16_allreduce = true;
+      continue;
+    }
     if (const auto eq = flag.find('='); eq != std::string::npos) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
@@ -111,22 +124,38 @@ inline Options parse_options(int argc, char** argv) {
     } else {
       throw std::invalid_argument(flag + " needs a value");
     }
-    if (flag == "--epochs") o.epochs = integer(flag, value, 1);
-    else if (flag == "--batch-size") o.batch_size = integer(flag, value, 1);
-    else if (flag == "--max-steps") o.max_steps = integer(flag, value, 0);
-    else if (flag == "--test-batch-size") o.test_batch_size = integer(flag, value, 1);
-    else if (flag == "--lr") o.lr = real(flag, value, 0, 1e6);
-    else if (flag == "--momentum") o.momentum = real(flag, value, 0, 1);
-    else if (flag == "--dropout") o.dropout = real(flag, value, 0, 0.99);
-    else if (flag == "--seed") o.seed = static_cast<uint64_t>(integer(flag, value, 0));
-    else if (flag == "--threads") o.threads = static_cast<int>(integer(flag, value, 0));
-    else if (flag == "--log-interval") o.log_interval = integer(flag, value, 0);
-    else if (flag == "--warmup") o.warmup = integer(flag, value, 0);
-    else if (flag == "--data-dir") o.data_dir = value;
-    else if (flag == "--cache-dir") o.cache_dir = value;
-    else if (flag == "--checkpoint-dir") o.checkpoint_dir = value;
-    else if (flag == "--weights-out") o.weights_out = value;
-    else throw std::invalid_argument("unknown flag " + flag + " (--help lists them)");
+    if (flag == "--epochs")
+      o.epochs = integer(flag, value, 1);
+    else if (flag == "--batch-size")
+      o.batch_size = integer(flag, value, 1);
+    else if (flag == "--max-steps")
+      o.max_steps = integer(flag, value, 0);
+    else if (flag == "--test-batch-size")
+      o.test_batch_size = integer(flag, value, 1);
+    else if (flag == "--lr")
+      o.lr = real(flag, value, 0, 1e6);
+    else if (flag == "--momentum")
+      o.momentum = real(flag, value, 0, 1);
+    else if (flag == "--dropout")
+      o.dropout = real(flag, value, 0, 0.99);
+    else if (flag == "--seed")
+      o.seed = static_cast<uint64_t>(integer(flag, value, 0));
+    else if (flag == "--threads")
+      o.threads = static_cast<int>(integer(flag, value, 0));
+    else if (flag == "--log-interval")
+      o.log_interval = integer(flag, value, 0);
+    else if (flag == "--warmup")
+      o.warmup = integer(flag, value, 0);
+    else if (flag == "--data-dir")
+      o.data_dir = value;
+    else if (flag == "--cache-dir")
+      o.cache_dir = value;
+    else if (flag == "--checkpoint-dir")
+      o.checkpoint_dir = value;
+    else if (flag == "--weights-out")
+      o.weights_out = value;
+    else
+      throw std::invalid_argument("unknown flag " + flag + " (--help lists them)");
   }
   return o;
 }
@@ -137,29 +166,31 @@ inline Options parse_options(int argc, char** argv) {
 // processes may prepare it at the same time).
 inline std::string prepare_data(const Options& o) {
   namespace fs = std::filesystem;
-  static const char* kFiles[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-                                 "t10k-labels-idx1-ubyte"};
+  static const char* kFiles[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                 "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
   bool plain = true;
   for (const char* f : kFiles) plain = plain && fs::exists(fs::path(o.data_dir) / f);
   if (plain) return o.data_dir;
-  const fs::path cache = o.cache_dir.empty()
-                             ? fs::temp_directory_path() / ("hvd-fashion-mnist-" + std::to_string(getuid()))
-                             : fs::path(o.cache_dir);
+  const fs::path cache = o.cache_dir.empty() ? fs::temp_directory_path() /
+                                                   ("hvd-fashion-mnist-" + std::to_string(getuid()))
+                                             : fs::path(o.cache_dir);
   fs::create_directories(cache);
   for (const char* f : kFiles) {
     const fs::path out = cache / f;
     const fs::path gz = fs::path(o.data_dir) / (std::string(f) + ".gz");
     if (fs::exists(out)) continue;
     if (!fs::exists(gz))
-      throw std::runtime_error("no " + std::string(f) + "[.gz] in " + o.data_dir +
-                               " (Debian: apt-get install dataset-fashion-mnist; or pass --data-dir)");
+      throw std::runtime_error(
+          "no " + std::string(f) + "[.gz] in " + o.data_dir +
+          " (Debian: apt-get install dataset-fashion-mnist; or pass --data-dir)");
     gzFile in = gzopen(gz.c_str(), "rb");
     if (!in) throw std::runtime_error("cannot open " + gz.string());
     const fs::path tmp = cache / (std::string(f) + ".tmp." + std::to_string(getpid()));
     std::ofstream os(tmp, std::ios::binary);
     std::vector<char> buf(1 << 20);
     int n = 0;
-    while ((n = gzread(in, buf.data(), static_cast<unsigned>(buf.size()))) > 0) os.write(buf.data(), n);
+    while ((n = gzread(in, buf.data(), static_cast<unsigned>(buf.size()))) > 0)
+      os.write(buf.data(), n);
     const bool ok = n == 0 && static_cast<bool>(os);
     gzclose(in);
     os.close();
@@ -192,7 +223,9 @@ class Timer {
   int64_t steps() const { return steps_; }
   double seconds() const { return seconds_; }
   double images_per_second() const { return seconds_ > 0 ? images_ / seconds_ : 0; }
-  double cpu_ms_per_step() const { return steps_ > warmup_ + 1 ? 1000 * cpu_seconds_ / (steps_ - warmup_ - 1) : 0; }
+  double cpu_ms_per_step() const {
+    return steps_ > warmup_ + 1 ? 1000 * cpu_seconds_ / (steps_ - warmup_ - 1) : 0;
+  }
   // The q-quantile of the timed steps' durations in ms (0.1: the fast steps, which other jobs on a
   // shared machine disturb least; 0.5: the median).
   double step_ms(double q) const {
@@ -205,7 +238,8 @@ class Timer {
 
  private:
   static double now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
   static double cpu_now() {
     timespec ts{};
@@ -239,11 +273,14 @@ class Reporter {
 
   // comm_wait_share: the share of step time spent waiting for communication (< 0: none).
   void summary(const Timer& timer, double comm_wait_share = -1) const {
-    print("done: %lld steps; %.1f images/s over the %.1f s after the warm-up steps (step time: median %.2f ms, "
-          "10th percentile %.2f ms; CPU %.2f ms per step)",
-          static_cast<long long>(timer.steps()), timer.images_per_second(), timer.seconds(), timer.step_ms(0.5),
-          timer.step_ms(0.1), timer.cpu_ms_per_step());
-    if (comm_wait_share >= 0) print("; waiting for communication %.1f%% of step time", 100 * comm_wait_share);
+    print(
+        "done: %lld steps; %.1f images/s over the %.1f s after the warm-up steps (step time: "
+        "median %.2f ms, "
+        "10th percentile %.2f ms; CPU %.2f ms per step)",
+        static_cast<long long>(timer.steps()), timer.images_per_second(), timer.seconds(),
+        timer.step_ms(0.5), timer.step_ms(0.1), timer.cpu_ms_per_step());
+    if (comm_wait_share >= 0)
+      print("; waiting for communication %.1f%% of step time", 100 * comm_wait_share);
     print("\n");
   }
 
@@ -267,7 +304,9 @@ class Reporter {
 // optimizer and the step; saved through a temporary file and a rename.
 class Checkpoints {
  public:
-  explicit Checkpoints(std::string dir) : dir_(std::move(dir)) { std::filesystem::create_directories(dir_); }
+  explicit Checkpoints(std::string dir) : dir_(std::move(dir)) {
+    std::filesystem::create_directories(dir_);
+  }
 
   void save(int64_t step, const torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
     torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
@@ -280,7 +319,8 @@ class Checkpoints {
     archive.save_to(tmp);
     std::filesystem::rename(tmp, path);
   }
-  std::optional<int64_t> restore_latest(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+  std::optional<int64_t> restore_latest(torch::nn::Module& model,
+                                        torch::optim::Optimizer& optimizer) {
     const std::string path = dir_ + "/checkpoint.pt";
     if (!std::filesystem::exists(path)) return std::nullopt;
     torch::serialize::InputArchive archive, model_archive, optimizer_archive;
@@ -294,11 +334,13 @@ class Checkpoints {
     return step.item<int64_t>();
   }
   template <class M>
-  void save(int64_t step, const torch::nn::ModuleHolder<M>& model, torch::optim::Optimizer& optimizer) {
+  void save(int64_t step, const torch::nn::ModuleHolder<M>& model,
+            torch::optim::Optimizer& optimizer) {
     save(step, *model, optimizer);
   }
   template <class M>
-  std::optional<int64_t> restore_latest(torch::nn::ModuleHolder<M>& model, torch::optim::Optimizer& optimizer) {
+  std::optional<int64_t> restore_latest(torch::nn::ModuleHolder<M>& model,
+                                        torch::optim::Optimizer& optimizer) {
     return restore_latest(*model, optimizer);
   }
 

@@ -45,8 +45,8 @@ TORCH_MODULE(Net);
 // resumed from) are skipped. Returns the global step reached.
 template <typename DataLoader>
 int64_t train(int64_t epoch, int64_t step, int64_t first_step, Net& model, DataLoader& loader,
-              torch::optim::Optimizer& optimizer, const mnist::Options& opt, const mnist::Reporter& report,
-              mnist::Timer& timer) {
+              torch::optim::Optimizer& optimizer, const mnist::Options& opt,
+              const mnist::Reporter& report, mnist::Timer& timer) {
   model->train();
   timer.start_epoch();
   for (auto& batch : loader) {
@@ -58,8 +58,8 @@ int64_t train(int64_t epoch, int64_t step, int64_t first_step, Net& model, DataL
     optimizer.step();
     timer.step(opt.batch_size);
     if (opt.log_interval > 0 && step % opt.log_interval == 0)
-      report.print("epoch %lld step %lld: loss %.4f\n", static_cast<long long>(epoch), static_cast<long long>(step),
-                   loss.item<double>());
+      report.print("epoch %lld step %lld: loss %.4f\n", static_cast<long long>(epoch),
+                   static_cast<long long>(step), loss.item<double>());
   }
   return step;
 }
@@ -91,31 +91,38 @@ int main(int argc, char** argv) {
                          .map(torch::data::transforms::Normalize<>(mnist::kMean, mnist::kStd))
                          .map(torch::data::transforms::Stack<>());
     const int64_t train_size = static_cast<int64_t>(train_set.size().value());
-    auto train_loader = torch::data::make_data_loader<hvd::torch::DistributedSampler>(std::move(train_set), opt.batch_size / hvd::size());
+    auto train_loader = torch::data::make_data_loader<hvd::torch::DistributedSampler>(
+        std::move(train_set), opt.batch_size / hvd::size());
     auto test_set = torch::data::datasets::MNIST(data, torch::data::datasets::MNIST::Mode::kTest)
                         .map(torch::data::transforms::Normalize<>(mnist::kMean, mnist::kStd))
                         .map(torch::data::transforms::Stack<>());
     const int64_t test_size = static_cast<int64_t>(test_set.size().value());
-    auto test_loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(std::move(test_set),
-                                                                                              opt.test_batch_size);
+    auto test_loader = torch::data::make_data_loader<torch::data::samplers::SequentialSampler>(
+        std::move(test_set), opt.test_batch_size);
 
     Net model(opt.dropout);
-    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(opt.lr).momentum(opt.momentum));
+    torch::optim::SGD optimizer(model->parameters(),
+                                torch::optim::SGDOptions(opt.lr).momentum(opt.momentum));
     std::optional<hvd::torch::Checkpointer> checkpoints;
     if (!opt.checkpoint_dir.empty()) checkpoints.emplace(opt.checkpoint_dir);
-    const int64_t first_step = checkpoints ? checkpoints->restore_latest(model, optimizer).value_or(0) : 0;
+    const int64_t first_step =
+        checkpoints ? checkpoints->restore_latest(model, optimizer).value_or(0) : 0;
     hvd::torch::broadcast_parameters(model->named_parameters(), /*root=*/0);
     hvd::torch::broadcast_optimizer_state(optimizer, 0);
-    hvd::torch::DistributedOptimizer dist(optimizer, model->named_parameters(), {.overlap = opt.overlap});
-    report.print("libtorch_mnist: Fashion-MNIST from %s (%lld training, %lld test images); batch %lld; SGD lr %g "
-                 "momentum %g; dropout %g; %d threads; starting at step %lld\n",
-                 opt.data_dir.c_str(), static_cast<long long>(train_size), static_cast<long long>(test_size),
-                 static_cast<long long>(opt.batch_size), opt.lr, opt.momentum, opt.dropout, torch::get_num_threads(),
-                 static_cast<long long>(first_step));
+    hvd::torch::DistributedOptimizer dist(optimizer, model->named_parameters(),
+                                          {.overlap = opt.overlap});
+    report.print(
+        "libtorch_mnist: Fashion-MNIST from %s (%lld training, %lld test images); batch %lld; SGD "
+        "lr %g "
+        "momentum %g; dropout %g; %d threads; starting at step %lld\n",
+        opt.data_dir.c_str(), static_cast<long long>(train_size), static_cast<long long>(test_size),
+        static_cast<long long>(opt.batch_size), opt.lr, opt.momentum, opt.dropout,
+        torch::get_num_threads(), static_cast<long long>(first_step));
 
     mnist::Timer timer(opt.warmup);
     int64_t step = 0;
-    for (int64_t epoch = 1; epoch <= opt.epochs && (opt.max_steps == 0 || step < opt.max_steps); ++epoch) {
+    for (int64_t epoch = 1; epoch <= opt.epochs && (opt.max_steps == 0 || step < opt.max_steps);
+         ++epoch) {
       step = train(epoch, step, first_step, model, *train_loader, dist, opt, report, timer);
       if (step <= first_step) continue;  // an epoch the checkpoint had already done
       if (opt.test) test(model, *test_loader, test_size, report);

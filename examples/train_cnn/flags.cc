@@ -44,53 +44,80 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
   std::string warmup;  // --warmup-steps: "auto" or a whole number
 
   po::options_description schedule("Training");
-  schedule.add_options()
-    ("epochs", po::value(&f.epochs)->default_value(f.epochs), "epochs to train (in total, counting a resumed run's earlier epochs)")
-    ("batch-size", po::value(&f.batch_size)->default_value(f.batch_size), "images per replica per step (global batch = this x replicas)")
-    ("lr", po::value(&f.lr)->default_value(f.lr, "0.05"), "learning rate of one replica with its batch; multiplied by the number of replicas (up to --max-lr)")
-    ("no-lr-scaling", po::bool_switch(), "use --lr as it is, whatever the number of replicas (no cap, no automatic warm-up)")
-    ("max-lr", po::value(&f.max_lr)->default_value(f.max_lr, "0.4"), "cap on the scaled rate (never below --lr; 0: no cap): above it the whole schedule is scaled down, as if --lr were max-lr / replicas; 0.4 = 8 x 0.05 trains stably, 0.8 diverges")
-    ("warmup-steps", po::value(&warmup)->default_value("auto"),
-     "ramp the rate linearly from --lr (capped: max-lr / replicas) to the scaled rate over the first N steps; auto: none when the "
-     "rate is not scaled up (1 replica), else one epoch, at least 50 steps, at most half the run; "
-     "an explicit N (0: none) overrides it")
-    ("lr-decay", po::value(&f.lr_decay)->default_value(f.lr_decay, "0.6"), "multiplicative learning-rate decay per epoch: epoch e (0-based) runs at x decay^e, the warm-up included")
-    ("momentum", po::value(&f.momentum)->default_value(f.momentum, "0.9"), "SGD momentum")
-    ("weight-decay", po::value(&f.weight_decay)->default_value(f.weight_decay, "5e-4"), "L2 weight decay")
-    ("hidden", po::value(&f.hidden)->default_value(f.hidden), "width of the hidden dense layer")
-    ("seed", po::value(&f.seed)->default_value(f.seed), "seed of the initialisation and of the per-epoch shuffle")
-    ("max-steps", po::value(&f.max_steps)->default_value(f.max_steps), "stop after this many optimizer steps in total (-1: no limit)")
-    ("strategy", po::value(&f.strategy)->default_value(f.strategy), "auto|mirrored|multi-worker (auto: mirrored on one node, multi-worker on several)")
-    ("device", po::value(&f.device)->default_value(f.device), "auto|cpu|cuda (auto: cuda when built with cuDNN and a GPU is present)");
+  schedule.add_options()("epochs", po::value(&f.epochs)->default_value(f.epochs),
+                         "epochs to train (in total, counting a resumed run's earlier epochs)")(
+      "batch-size", po::value(&f.batch_size)->default_value(f.batch_size),
+      "images per replica per step (global batch = this x replicas)")(
+      "lr", po::value(&f.lr)->default_value(f.lr, "0.05"),
+      "learning rate of one replica with its batch; multiplied by the number of replicas (up to "
+      "--max-lr)")(
+      "no-lr-scaling", po::bool_switch(),
+      "use --lr as it is, whatever the number of replicas (no cap, no automatic warm-up)")(
+      "max-lr", po::value(&f.max_lr)->default_value(f.max_lr, "0.4"),
+      "cap on the scaled rate (never below --lr; 0: no cap): above it the whole schedule is scaled "
+      "down, as if --lr were max-lr / replicas; 0.4 = 8 x 0.05 trains stably, 0.8 diverges")(
+      "warmup-steps", po::value(&warmup)->default_value("auto"),
+      "ramp the rate linearly from --lr (capped: max-lr / replicas) to the scaled rate over the "
+      "first N steps; auto: none when the "
+      "rate is not scaled up (1 replica), else one epoch, at least 50 steps, at most half the run; "
+      "an explicit N (0: none) overrides it")(
+      "lr-decay", po::value(&f.lr_decay)->default_value(f.lr_decay, "0.6"),
+      "multiplicative learning-rate decay per epoch: epoch e (0-based) runs at x decay^e, the "
+      "warm-up included")("momentum", po::value(&f.momentum)->default_value(f.momentum, "0.9"),
+                          "SGD momentum")(
+      "weight-decay", po::value(&f.weight_decay)->default_value(f.weight_decay, "5e-4"),
+      "L2 weight decay")("hidden", po::value(&f.hidden)->default_value(f.hidden),
+                         "width of the hidden dense layer")(
+      "seed", po::value(&f.seed)->default_value(f.seed),
+      "seed of the initialisation and of the per-epoch shuffle")(
+      "max-steps", po::value(&f.max_steps)->default_value(f.max_steps),
+      "stop after this many optimizer steps in total (-1: no limit)")(
+      "strategy", po::value(&f.strategy)->default_value(f.strategy),
+      "auto|mirrored|multi-worker (auto: mirrored on one node, multi-worker on several)")(
+      "device", po::value(&f.device)->default_value(f.device),
+      "auto|cpu|cuda (auto: cuda when built with cuDNN and a GPU is present)");
 
   po::options_description data_opts("Data");
-  data_opts.add_options()
-    ("data-dir", po::value(&f.data_dir)->default_value(f.data_dir), "Fashion-MNIST IDX files (.gz or plain)")
-    ("synthetic", po::bool_switch(&f.synthetic), "train on a generated, learnable data set instead")
-    ("synthetic-size", po::value(&f.synthetic_size)->default_value(f.synthetic_size), "training images of --synthetic (test set: a sixth of it)")
-    ("test-limit", po::value(&f.test_limit)->default_value(f.test_limit), "evaluate on the first N test images (-1: all, 0: no evaluation)");
+  data_opts.add_options()("data-dir", po::value(&f.data_dir)->default_value(f.data_dir),
+                          "Fashion-MNIST IDX files (.gz or plain)")(
+      "synthetic", po::bool_switch(&f.synthetic),
+      "train on a generated, learnable data set instead")(
+      "synthetic-size", po::value(&f.synthetic_size)->default_value(f.synthetic_size),
+      "training images of --synthetic (test set: a sixth of it)")(
+      "test-limit", po::value(&f.test_limit)->default_value(f.test_limit),
+      "evaluate on the first N test images (-1: all, 0: no evaluation)");
 
   po::options_description ckpt("Checkpoints");
-  ckpt.add_options()
-    ("checkpoint-dir", po::value(&f.checkpoint_dir), "write checkpoints (safetensors, rank 0) here")
-    ("resume", po::bool_switch(&f.resume), "continue from the newest good checkpoint in --checkpoint-dir")
-    ("checkpoint-every-epoch", po::value(&f.checkpoint_every_epoch)->default_value(true)->implicit_value(true),
-     "save at each epoch end (=false: only at the end of the run)")
-    ("keep-checkpoints", po::value(&f.keep_checkpoints)->default_value(f.keep_checkpoints), "checkpoints kept (0: all)");
+  ckpt.add_options()("checkpoint-dir", po::value(&f.checkpoint_dir),
+                     "write checkpoints (safetensors, rank 0) here")(
+      "resume", po::bool_switch(&f.resume),
+      "continue from the newest good checkpoint in --checkpoint-dir")(
+      "checkpoint-every-epoch",
+      po::value(&f.checkpoint_every_epoch)->default_value(true)->implicit_value(true),
+      "save at each epoch end (=false: only at the end of the run)")(
+      "keep-checkpoints", po::value(&f.keep_checkpoints)->default_value(f.keep_checkpoints),
+      "checkpoints kept (0: all)");
 
   po::options_description output("Output");
-  output.add_options()
-    ("benchmark", po::bool_switch(&f.benchmark), "throughput only: no evaluation; print images/s and the communication wait share (100 steps unless --max-steps)")
-    ("benchmark-warmup", po::value(&f.benchmark_warmup)->default_value(f.benchmark_warmup), "steps left out of the benchmark timing")
-    ("metrics-csv", po::value(&f.metrics_csv)->default_value(f.metrics_csv), "per-step and per-epoch metrics, written by rank 0 ('none': off)")
-    ("dump-weights", po::value(&f.dump_weights), "rank 0 writes the final flat parameters as raw little-endian float32")
-    ("log-steps", po::bool_switch(&f.log_steps), "rank 0 prints the loss of every step")
-    ("log-every", po::value(&f.log_every)->default_value(f.log_every), "progress line every N steps when stdout is not a terminal")
-    ("progress", po::value(&f.progress)->default_value(f.progress), "auto|bar|lines: a live bar (auto: when stdout is a terminal) or plain lines")
-    ("help,h", "this help");
+  output.add_options()("benchmark", po::bool_switch(&f.benchmark),
+                       "throughput only: no evaluation; print images/s and the communication wait "
+                       "share (100 steps unless --max-steps)")(
+      "benchmark-warmup", po::value(&f.benchmark_warmup)->default_value(f.benchmark_warmup),
+      "steps left out of the benchmark timing")(
+      "metrics-csv", po::value(&f.metrics_csv)->default_value(f.metrics_csv),
+      "per-step and per-epoch metrics, written by rank 0 ('none': off)")(
+      "dump-weights", po::value(&f.dump_weights),
+      "rank 0 writes the final flat parameters as raw little-endian float32")(
+      "log-steps", po::bool_switch(&f.log_steps), "rank 0 prints the loss of every step")(
+      "log-every", po::value(&f.log_every)->default_value(f.log_every),
+      "progress line every N steps when stdout is not a terminal")(
+      "progress", po::value(&f.progress)->default_value(f.progress),
+      "auto|bar|lines: a live bar (auto: when stdout is a terminal) or plain lines")("help,h",
+                                                                                     "this help");
 
-  po::options_description all("usage: mpirun -np N train_cnn [flags]\n\n"
-                              "Trains a CNN on Fashion-MNIST with one replica per process");
+  po::options_description all(
+      "usage: mpirun -np N train_cnn [flags]\n\n"
+      "Trains a CNN on Fashion-MNIST with one replica per process");
   all.add(schedule).add(data_opts).add(ckpt).add(output);
 
   po::variables_map vm;
@@ -112,7 +139,8 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
   f.lr_scaling = !vm["no-lr-scaling"].as<bool>();
 
   require(f.epochs >= 1, "--epochs", f.epochs, "it must be at least 1");
-  require(f.batch_size >= 1, "--batch-size", f.batch_size, "it must be at least 1 (images per replica)");
+  require(f.batch_size >= 1, "--batch-size", f.batch_size,
+          "it must be at least 1 (images per replica)");
   require(f.lr > 0, "--lr", f.lr, "it must be positive");
   require(f.lr_decay > 0 && f.lr_decay <= 1, "--lr-decay", f.lr_decay, "it must be in (0, 1]");
   require(f.max_lr >= 0, "--max-lr", f.max_lr, "it must be 0 (no cap) or positive");
@@ -126,7 +154,8 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
       used = 0;
     }
     if (used != warmup.size() || warmup.empty() || n < 0)
-      bad("--warmup-steps is '" + warmup + "': it must be auto or a whole number of steps, 0 or more.");
+      bad("--warmup-steps is '" + warmup +
+          "': it must be auto or a whole number of steps, 0 or more.");
     f.warmup_steps = n;
   }
   require(f.momentum >= 0 && f.momentum < 1, "--momentum", f.momentum, "it must be in [0, 1)");
@@ -135,21 +164,27 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
   require(f.seed >= 0, "--seed", f.seed, "it must be 0 or more");
   require(f.max_steps >= -1, "--max-steps", f.max_steps, "it must be -1 (no limit) or 0 or more");
   require(f.synthetic_size >= 1, "--synthetic-size", f.synthetic_size, "it must be at least 1");
-  require(f.test_limit >= -1, "--test-limit", f.test_limit, "it must be -1 (all), 0 (none) or more");
-  require(f.keep_checkpoints >= 0, "--keep-checkpoints", f.keep_checkpoints, "it must be 0 (keep all) or more");
-  require(f.benchmark_warmup >= 0, "--benchmark-warmup", f.benchmark_warmup, "it must be 0 or more");
+  require(f.test_limit >= -1, "--test-limit", f.test_limit,
+          "it must be -1 (all), 0 (none) or more");
+  require(f.keep_checkpoints >= 0, "--keep-checkpoints", f.keep_checkpoints,
+          "it must be 0 (keep all) or more");
+  require(f.benchmark_warmup >= 0, "--benchmark-warmup", f.benchmark_warmup,
+          "it must be 0 or more");
   require(f.log_every >= 1, "--log-every", f.log_every, "it must be at least 1");
   require_one_of("--strategy", f.strategy, {"auto", "mirrored", "multi-worker"});
   require_one_of("--device", f.device, {"auto", "cpu", "cuda"});
   require_one_of("--progress", f.progress, {"auto", "bar", "lines"});
-  if (f.data_dir.empty()) bad("--data-dir is empty: give the folder that holds the Fashion-MNIST IDX files.");
-  if (f.metrics_csv.empty()) bad("--metrics-csv is empty: give a file name, or 'none' to write no metrics.");
+  if (f.data_dir.empty())
+    bad("--data-dir is empty: give the folder that holds the Fashion-MNIST IDX files.");
+  if (f.metrics_csv.empty())
+    bad("--metrics-csv is empty: give a file name, or 'none' to write no metrics.");
   if (f.resume && f.checkpoint_dir.empty())
     bad("--resume needs --checkpoint-dir: the folder whose newest checkpoint to continue from.");
   // A benchmark measures a fixed number of steps unless told otherwise.
   if (f.benchmark && vm["max-steps"].defaulted()) f.max_steps = kBenchmarkDefaultSteps;
   if (f.synthetic && !vm["data-dir"].defaulted())
-    bad("--synthetic and --data-dir contradict each other: --synthetic trains without reading any data.");
+    bad("--synthetic and --data-dir contradict each other: --synthetic trains without reading any "
+        "data.");
   return out;
 }
 

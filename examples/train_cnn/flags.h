@@ -13,10 +13,10 @@ namespace train_cnn {
 struct Flags {
   // Schedule. Defaults: the schedule that reaches 0.919 test accuracy in 5 epochs (MODEL.md).
   int epochs = 5;
-  int batch_size = 64;        // per replica
+  int batch_size = 64;  // per replica
   // The rate schedule (lr_schedule.h): lr x replicas, capped at max_lr, reached by a linear
   // warm-up (Goyal et al. 2017), times lr_decay^epoch.
-  double lr = 0.05;           // one replica's rate for its batch; x replicas unless !lr_scaling
+  double lr = 0.05;  // one replica's rate for its batch; x replicas unless !lr_scaling
   bool lr_scaling = true;
   double max_lr = 0.4;        // cap on the scaled rate (0: none): then as if lr = max_lr / replicas
   double lr_decay = 0.6;      // the rate of epoch e is lr(step) x lr_decay^e
@@ -24,27 +24,27 @@ struct Flags {
   double momentum = 0.9;
   double weight_decay = 5e-4;
   int hidden = 512;
-  int64_t seed = 42;          // initialisation and the per-epoch shuffle
-  int64_t max_steps = -1;     // stop after this many optimizer steps in total (-1: no limit)
+  int64_t seed = 42;       // initialisation and the per-epoch shuffle
+  int64_t max_steps = -1;  // stop after this many optimizer steps in total (-1: no limit)
 
   std::string strategy = "auto";  // auto | mirrored | multi-worker
   std::string device = "auto";    // auto | cpu | cuda
 
   // Data.
-  std::string data_dir;           // default data::kDefaultFashionMnistDir
+  std::string data_dir;  // default data::kDefaultFashionMnistDir
   bool synthetic = false;
-  int64_t synthetic_size = 60000; // training images of the synthetic set (test: size / 6)
-  int64_t test_limit = -1;        // evaluate on the first N test images (-1: all, 0: skip)
+  int64_t synthetic_size = 60000;  // training images of the synthetic set (test: size / 6)
+  int64_t test_limit = -1;         // evaluate on the first N test images (-1: all, 0: skip)
 
   // Checkpoints.
-  std::string checkpoint_dir;     // empty: no checkpoints
+  std::string checkpoint_dir;  // empty: no checkpoints
   bool resume = false;
   bool checkpoint_every_epoch = true;
   int keep_checkpoints = 3;
 
   // Output.
   bool benchmark = false;
-  int64_t benchmark_warmup = 5;   // steps left out of the benchmark's timing
+  int64_t benchmark_warmup = 5;                       // steps left out of the benchmark's timing
   std::string metrics_csv = "train_cnn_metrics.csv";  // rank 0 only; "none" writes nothing
   std::string dump_weights;       // rank 0 writes the flat parameters (raw float32 LE) here
   bool log_steps = false;         // rank 0 prints every step's loss
@@ -54,7 +54,7 @@ struct Flags {
 
 struct ParsedFlags {
   Flags flags;
-  bool help = false;       // --help was given: print help_text and exit 0
+  bool help = false;  // --help was given: print help_text and exit 0
   std::string help_text;
 };
 

@@ -51,7 +51,8 @@ std::string LrSchedule::epochs(int64_t steps) const {
 double LrSchedule::at(int64_t step, int epoch) const {
   double rate = peak_;
   if (step < warmup_steps_)
-    rate = start_ + (peak_ - start_) * static_cast<double>(step) / static_cast<double>(warmup_steps_);
+    rate =
+        start_ + (peak_ - start_) * static_cast<double>(step) / static_cast<double>(warmup_steps_);
   return rate * std::pow(options_.decay, epoch);
 }
 
@@ -59,7 +60,8 @@ std::string LrSchedule::describe() const {
   std::ostringstream os;
   os << "lr " << num(options_.lr);
   if (options_.scaling) {
-    os << " x " << replicas_ << (replicas_ == 1 ? " replica" : " replicas") << " = " << num(linear_);
+    os << " x " << replicas_ << (replicas_ == 1 ? " replica" : " replicas") << " = "
+       << num(linear_);
     if (capped())
       os << ", capped at " << num(peak_) << " (--max-lr; as if --lr " << num(start_) << ")";
   } else {
@@ -71,10 +73,11 @@ std::string LrSchedule::describe() const {
        << (warmup_automatic() ? "automatic" : "--warmup-steps") << ")";
   } else {
     os << ", no warm-up";
-    if (!warmup_automatic() && warmup_steps_ > 0) os << " (nothing to ramp: the rate is not scaled up)";
+    if (!warmup_automatic() && warmup_steps_ > 0)
+      os << " (nothing to ramp: the rate is not scaled up)";
   }
-  os << ", decay x" << num(options_.decay) << " per epoch (epoch k: x" << num(options_.decay) << "^(k-1)"
-     << (warmup_steps_ > 0 && peak_ != start_ ? ", the warm-up included)" : ")");
+  os << ", decay x" << num(options_.decay) << " per epoch (epoch k: x" << num(options_.decay)
+     << "^(k-1)" << (warmup_steps_ > 0 && peak_ != start_ ? ", the warm-up included)" : ")");
   return os.str();
 }
 

@@ -30,11 +30,11 @@
 namespace train_cnn {
 
 struct LrScheduleOptions {
-  double lr = 0.05;            // one replica's rate for its batch (--lr)
-  bool scaling = true;         // multiply by the number of replicas (not with --no-lr-scaling)
-  double max_lr = 0.4;         // cap on the scaled rate; 0: no cap
-  int64_t warmup_steps = -1;   // -1: automatic (see above)
-  double decay = 0.6;          // per epoch
+  double lr = 0.05;           // one replica's rate for its batch (--lr)
+  bool scaling = true;        // multiply by the number of replicas (not with --no-lr-scaling)
+  double max_lr = 0.4;        // cap on the scaled rate; 0: no cap
+  int64_t warmup_steps = -1;  // -1: automatic (see above)
+  double decay = 0.6;         // per epoch
 };
 
 class LrSchedule {
@@ -46,9 +46,9 @@ class LrSchedule {
   LrSchedule(const LrScheduleOptions& options, int replicas, int64_t steps_per_epoch,
              int64_t total_steps);
 
-  double linear() const { return linear_; }        // lr x replicas (or lr): before the cap
-  double peak() const { return peak_; }            // the rate after the warm-up (epoch 0)
-  double start() const { return start_; }          // the rate of step 0
+  double linear() const { return linear_; }  // lr x replicas (or lr): before the cap
+  double peak() const { return peak_; }      // the rate after the warm-up (epoch 0)
+  double start() const { return start_; }    // the rate of step 0
   bool capped() const { return peak_ < linear_; }
   int64_t warmup_steps() const { return warmup_steps_; }
   bool warmup_automatic() const { return options_.warmup_steps < 0; }

@@ -14,11 +14,13 @@ MetricsCsv::MetricsCsv(const std::string& path, bool append) : path_(path) {
   const bool has_rows = append && ::stat(path.c_str(), &st) == 0 && st.st_size > 0;
   file_ = std::fopen(path.c_str(), append ? "a" : "w");
   if (!file_)
-    throw hvd::InvalidArgumentError("cannot open the metrics file '" + path + "' for writing: " +
-                                    std::strerror(errno) +
-                                    ". Pass --metrics-csv with a writable path, or --metrics-csv none.");
+    throw hvd::InvalidArgumentError(
+        "cannot open the metrics file '" + path + "' for writing: " + std::strerror(errno) +
+        ". Pass --metrics-csv with a writable path, or --metrics-csv none.");
   if (!has_rows)
-    std::fprintf(file_, "kind,epoch,step,loss,accuracy,images_per_s,lr,wait_share,test_loss,test_accuracy\n");
+    std::fprintf(
+        file_,
+        "kind,epoch,step,loss,accuracy,images_per_s,lr,wait_share,test_loss,test_accuracy\n");
   std::fflush(file_);
 }
 
@@ -38,7 +40,8 @@ MetricsCsv& MetricsCsv::operator=(MetricsCsv&& other) noexcept {
   return *this;
 }
 
-void MetricsCsv::step(const StepStats& s, double this_step_images_per_s, double this_step_wait_share) {
+void MetricsCsv::step(const StepStats& s, double this_step_images_per_s,
+                      double this_step_wait_share) {
   if (!file_) return;
   std::fprintf(file_, "step,%d,%lld,%.9g,%.6g,%.6g,%.9g,%.6g,,\n", s.epoch + 1,
                static_cast<long long>(s.global_step), s.loss, s.accuracy, this_step_images_per_s,
@@ -48,8 +51,8 @@ void MetricsCsv::step(const StepStats& s, double this_step_images_per_s, double 
 void MetricsCsv::epoch(const EpochStats& e) {
   if (!file_) return;
   std::fprintf(file_, "epoch,%d,%lld,%.9g,%.6g,%.6g,%.9g,%.6g,", e.epoch + 1,
-               static_cast<long long>(e.global_step), e.train_loss, e.train_accuracy, e.images_per_s,
-               e.lr, e.wait_share);
+               static_cast<long long>(e.global_step), e.train_loss, e.train_accuracy,
+               e.images_per_s, e.lr, e.wait_share);
   if (e.evaluated)
     std::fprintf(file_, "%.9g,%.6g\n", e.test_loss, e.test_accuracy);
   else

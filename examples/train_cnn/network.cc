@@ -14,8 +14,8 @@
 #define TRAIN_CNN_GPU_MODEL 0
 #endif
 #if TRAIN_CNN_GPU_MODEL
-#include "gpu/context.h"         // GPU MODEL: gpu::device_count()
-#include "gpu/cudnn_network.h"   // GPU MODEL: gpu::make_cudnn_network()
+#include "gpu/context.h"        // GPU MODEL: gpu::device_count()
+#include "gpu/cudnn_network.h"  // GPU MODEL: gpu::make_cudnn_network()
 #endif
 
 namespace train_cnn {
@@ -94,7 +94,8 @@ DeviceChoice resolve_device(const std::string& requested, int local_rank) {
   DeviceChoice cpu{DeviceKind::kCpu, 0, "cpu (OpenBLAS, 1 thread per rank)"};
   if (requested == "cpu") return cpu;
   if (requested != "auto" && requested != "cuda")
-    throw hvd::InvalidArgumentError("--device is '" + requested + "': it must be auto, cpu or cuda.");
+    throw hvd::InvalidArgumentError("--device is '" + requested +
+                                    "': it must be auto, cpu or cuda.");
   const bool built = HVD_HAVE_CUDNN && TRAIN_CNN_GPU_MODEL;
   const int devices = built ? visible_cuda_devices() : 0;
   if (built && devices > 0) {

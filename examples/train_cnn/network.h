@@ -30,8 +30,8 @@ enum class DeviceKind { kCpu, kCuda };
 // Where this rank's replica runs.
 struct DeviceChoice {
   DeviceKind kind = DeviceKind::kCpu;
-  int index = 0;             // CUDA device (local rank modulo the visible devices)
-  std::string description;   // e.g. "cpu (OpenBLAS, 1 thread)"
+  int index = 0;            // CUDA device (local rank modulo the visible devices)
+  std::string description;  // e.g. "cpu (OpenBLAS, 1 thread)"
 };
 
 // Resolves --device (auto|cpu|cuda) for the rank with this local rank: auto is cuda when this

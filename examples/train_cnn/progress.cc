@@ -45,8 +45,8 @@ void Progress::step(const StepStats& s) {
   if (log_steps_) {
     // One parseable line per step: the tests compare these across runs.
     end_bar();
-    std::printf("step %lld loss %.9g accuracy %.6f lr %.9g\n", static_cast<long long>(s.global_step),
-                s.loss, s.accuracy, s.lr);
+    std::printf("step %lld loss %.9g accuracy %.6f lr %.9g\n",
+                static_cast<long long>(s.global_step), s.loss, s.accuracy, s.lr);
     std::fflush(stdout);
   }
   const bool last_of_epoch = s.step_in_epoch == s.steps_in_epoch;
@@ -71,11 +71,12 @@ void Progress::step(const StepStats& s) {
     return;
   }
   if (!terminal_ && (s.step_in_epoch % log_every_ == 0) && !last_of_epoch) {
-    std::printf("epoch %d/%d step %lld/%lld (total %lld): loss %.4f acc %.4f lr %.5g %.1f img/s "
-                "wait %.1f%%\n",
-                s.epoch + 1, s.epochs, static_cast<long long>(s.step_in_epoch),
-                static_cast<long long>(s.steps_in_epoch), static_cast<long long>(s.global_step),
-                s.epoch_loss, s.epoch_accuracy, s.lr, s.images_per_s, 100.0 * s.wait_share);
+    std::printf(
+        "epoch %d/%d step %lld/%lld (total %lld): loss %.4f acc %.4f lr %.5g %.1f img/s "
+        "wait %.1f%%\n",
+        s.epoch + 1, s.epochs, static_cast<long long>(s.step_in_epoch),
+        static_cast<long long>(s.steps_in_epoch), static_cast<long long>(s.global_step),
+        s.epoch_loss, s.epoch_accuracy, s.lr, s.images_per_s, 100.0 * s.wait_share);
     std::fflush(stdout);
   }
 }

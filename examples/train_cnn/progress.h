@@ -13,18 +13,18 @@
 namespace train_cnn {
 
 struct StepStats {
-  int epoch = 0;               // 0-based
+  int epoch = 0;  // 0-based
   int epochs = 0;
-  int64_t step_in_epoch = 0;   // steps done in this epoch (1 after its first)
+  int64_t step_in_epoch = 0;  // steps done in this epoch (1 after its first)
   int64_t steps_in_epoch = 0;
-  int64_t global_step = 0;     // optimizer steps done in total
-  double loss = 0;             // this step's mean loss over the global batch
-  double accuracy = 0;         // this step's accuracy over the global batch
-  double epoch_loss = 0;       // running means over the epoch so far
+  int64_t global_step = 0;  // optimizer steps done in total
+  double loss = 0;          // this step's mean loss over the global batch
+  double accuracy = 0;      // this step's accuracy over the global batch
+  double epoch_loss = 0;    // running means over the epoch so far
   double epoch_accuracy = 0;
-  double images_per_s = 0;     // global images per second over the epoch so far
+  double images_per_s = 0;  // global images per second over the epoch so far
   double lr = 0;
-  double wait_share = 0;       // of step time spent waiting for gradient all-reduces, epoch so far
+  double wait_share = 0;  // of step time spent waiting for gradient all-reduces, epoch so far
 };
 
 struct EpochStats {

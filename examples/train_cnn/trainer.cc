@@ -40,8 +40,8 @@ std::string meta(const std::map<std::string, std::string>& m, const std::string&
   auto it = m.find(key);
   if (it == m.end())
     throw AllRanksError("--resume: the newest checkpoint in '" + dir + "' has no '" + key +
-                     "' in its metadata: it was not written by train_cnn. Use another "
-                     "--checkpoint-dir or drop --resume.");
+                        "' in its metadata: it was not written by train_cnn. Use another "
+                        "--checkpoint-dir or drop --resume.");
   return it->second;
 }
 
@@ -52,10 +52,9 @@ int64_t meta_int(const std::map<std::string, std::string>& m, const std::string&
     size_t used = 0;
     const long long x = std::stoll(v, &used);
     if (used == v.size()) return x;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw AllRanksError("--resume: the newest checkpoint in '" + dir + "' has '" + key + "' = '" + v +
-                   "', not an integer.");
+                      "', not an integer.");
 }
 
 }  // namespace
@@ -107,10 +106,11 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   const int64_t steps_per_epoch = strategy_->shard(train_.count, flags_.batch_size, 0).steps;
   if (steps_per_epoch == 0)
     throw AllRanksError("the training set has " + std::to_string(train_.count) +
-                     " images, fewer than one global batch of " +
-                     std::to_string(strategy_->global_batch(flags_.batch_size)) + " (--batch-size " +
-                     std::to_string(flags_.batch_size) + " x " + std::to_string(size_) +
-                     " replicas): lower --batch-size or use fewer ranks.");
+                        " images, fewer than one global batch of " +
+                        std::to_string(strategy_->global_batch(flags_.batch_size)) +
+                        " (--batch-size " + std::to_string(flags_.batch_size) + " x " +
+                        std::to_string(size_) +
+                        " replicas): lower --batch-size or use fewer ranks.");
   // A function of the flags, the replicas and the data set only (not of --max-steps), so a run
   // stopped early and resumed follows the uninterrupted run's schedule.
   LrScheduleOptions lo;
@@ -134,9 +134,9 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   const int64_t global_batch = strategy_->global_batch(flags_.batch_size);
   std::ostringstream os;
   os << "train_cnn: " << size_ << (size_ == 1 ? " replica" : " replicas") << " (" << strategy_name_
-     << ") on " << device_.description << "; " << describe_data() << "; batch "
-     << flags_.batch_size << " per replica, " << global_batch << " global; "
-     << schedule_->describe() << "; " << net_->num_parameters() << " parameters";
+     << ") on " << device_.description << "; " << describe_data() << "; batch " << flags_.batch_size
+     << " per replica, " << global_batch << " global; " << schedule_->describe() << "; "
+     << net_->num_parameters() << " parameters";
   progress_->line(os.str());
 }
 
@@ -193,14 +193,15 @@ void Trainer::agree_on_setup(const std::string& local_error) {
   }
   if (!local_error.empty()) throw AllRanksError(local_error);
   if (!failed.empty())
-    throw AllRanksError("rank " + failed + " failed to set up (its own message says why); stopping.");
+    throw AllRanksError("rank " + failed +
+                        " failed to set up (its own message says why); stopping.");
   if (counts_differ) {
     std::string list;
     for (int r = 0; r < size_; ++r)
       list += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + ": " +
               std::to_string(all[2 * r + 1]);
     throw AllRanksError("the ranks loaded training sets of different sizes (" + list +
-                     "): point every rank at the same --data-dir.");
+                        "): point every rank at the same --data-dir.");
   }
 }
 
@@ -228,20 +229,22 @@ void Trainer::resume() {
   const int64_t images = meta_int(m, "train_images", dir);
   const int64_t want_batch = strategy_->global_batch(flags_.batch_size);
   if (seed != flags_.seed)
-    throw AllRanksError("--resume: the checkpoint of step " + std::to_string(*step) + " in '" + dir +
-                     "' was trained with --seed " + std::to_string(seed) + ", this run has --seed " +
-                     std::to_string(flags_.seed) + ": pass --seed " + std::to_string(seed) + ".");
+    throw AllRanksError("--resume: the checkpoint of step " + std::to_string(*step) + " in '" +
+                        dir + "' was trained with --seed " + std::to_string(seed) +
+                        ", this run has --seed " + std::to_string(flags_.seed) + ": pass --seed " +
+                        std::to_string(seed) + ".");
   if (global_batch != want_batch)
-    throw AllRanksError("--resume: the checkpoint of step " + std::to_string(*step) + " in '" + dir +
-                     "' was trained with a global batch of " + std::to_string(global_batch) +
-                     ", this run has " + std::to_string(want_batch) + " (--batch-size " +
-                     std::to_string(flags_.batch_size) + " x " + std::to_string(size_) +
-                     " replicas): choose --batch-size so that the global batch is " +
-                     std::to_string(global_batch) + ".");
+    throw AllRanksError(
+        "--resume: the checkpoint of step " + std::to_string(*step) + " in '" + dir +
+        "' was trained with a global batch of " + std::to_string(global_batch) + ", this run has " +
+        std::to_string(want_batch) + " (--batch-size " + std::to_string(flags_.batch_size) + " x " +
+        std::to_string(size_) + " replicas): choose --batch-size so that the global batch is " +
+        std::to_string(global_batch) + ".");
   if (images != train_.count)
     throw AllRanksError("--resume: the checkpoint in '" + dir + "' was trained on " +
-                     std::to_string(images) + " training images, this run has " +
-                     std::to_string(train_.count) + ": use the same data (--data-dir, --synthetic-size).");
+                        std::to_string(images) + " training images, this run has " +
+                        std::to_string(train_.count) +
+                        ": use the same data (--data-dir, --synthetic-size).");
   global_step_ = *step;
   start_epoch_ = static_cast<int>(meta_int(m, "epoch", dir));
   start_step_in_epoch_ = meta_int(m, "step_in_epoch", dir);
@@ -265,8 +268,8 @@ Trainer::StepResult Trainer::train_step(const std::vector<int64_t>& rows, double
   const model::LossResult r = net_->forward(batch_images_, batch_labels_, b);
   // The global-batch loss and accuracy travel while the backward pass runs.
   step_metrics_ = {r.loss * b, static_cast<double>(r.correct), static_cast<double>(b)};
-  hvd::Handle metrics = hvd::allreduce_async(std::span<double>(step_metrics_), "train_cnn.step_metrics",
-                                             hvd::ReduceOp::kSum);
+  hvd::Handle metrics = hvd::allreduce_async(std::span<double>(step_metrics_),
+                                             "train_cnn.step_metrics", hvd::ReduceOp::kSum);
   net_->backward([&](size_t i) { strategy_->gradient_ready(names_[i], net_->gradient(i)); });
   strategy_->synchronize_gradients();
   metrics.wait();
@@ -275,8 +278,8 @@ Trainer::StepResult Trainer::train_step(const std::vector<int64_t>& rows, double
   // Identical on every rank (the all-reduced value), so every rank stops alike.
   if (!std::isfinite(out.loss))
     throw AllRanksError("the training loss became " + format("%g", out.loss) + " at step " +
-                     std::to_string(global_step_ + 1) + " (lr " + format("%g", lr) +
-                     "): lower --lr or --max-lr, or lengthen --warmup-steps.");
+                        std::to_string(global_step_ + 1) + " (lr " + format("%g", lr) +
+                        "): lower --lr or --max-lr, or lengthen --warmup-steps.");
   net_->optimizer_step(static_cast<float>(lr));
   out.seconds = seconds_since(t0);
   out.wait = strategy_->wait_seconds() - wait0;
@@ -323,7 +326,8 @@ void Trainer::save_checkpoint(int next_epoch, int64_t step_in_epoch) {
 void Trainer::dump_weights() {
   net_->state_to_host();
   if (rank_ != 0 || flags_.dump_weights.empty()) return;
-  static_assert(std::endian::native == std::endian::little, "--dump-weights writes host floats as little-endian");
+  static_assert(std::endian::native == std::endian::little,
+                "--dump-weights writes host floats as little-endian");
   const std::span<const float> w = net_->flat_parameters();
   std::ofstream out(flags_.dump_weights, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size_bytes()));
@@ -337,8 +341,8 @@ TrainSummary Trainer::run() {
   TrainSummary sum;
   const bool evaluate = !flags_.benchmark && flags_.test_limit != 0;
   const int64_t global_batch = strategy_->global_batch(flags_.batch_size);
-  double train_seconds = 0, train_wait = 0;    // this run
-  double bench_seconds = 0, bench_wait = 0;    // this run after the benchmark's warm-up steps
+  double train_seconds = 0, train_wait = 0;  // this run
+  double bench_seconds = 0, bench_wait = 0;  // this run after the benchmark's warm-up steps
   int64_t bench_steps = 0;
   bool stop = false;
   bool evaluated_last = false;
@@ -423,17 +427,20 @@ TrainSummary Trainer::run() {
     progress_->line("test loss " + format("%.4f", ev.loss) + " accuracy " +
                     format("%.4f", ev.accuracy) + " after step " + std::to_string(global_step_));
   }
-  if (epoch >= flags_.epochs) save_checkpoint(epoch, 0);
-  else save_checkpoint(epoch, step_in_epoch);
+  if (epoch >= flags_.epochs)
+    save_checkpoint(epoch, 0);
+  else
+    save_checkpoint(epoch, step_in_epoch);
   sum.global_step = global_step_;
   if (sum.epochs_done == 0) sum.epochs_done = epoch;
   sum.seconds = seconds_since(run_start);
 
   // Throughput and wait share: means over ranks (every rank runs the same steps).
-  std::vector<double> perf{train_seconds > 0 ? sum.steps_this_run * global_batch / train_seconds : 0,
-                           train_seconds > 0 ? train_wait / train_seconds : 0,
-                           bench_seconds > 0 ? bench_steps * global_batch / bench_seconds : 0,
-                           bench_seconds > 0 ? bench_wait / bench_seconds : 0};
+  std::vector<double> perf{
+      train_seconds > 0 ? sum.steps_this_run * global_batch / train_seconds : 0,
+      train_seconds > 0 ? train_wait / train_seconds : 0,
+      bench_seconds > 0 ? bench_steps * global_batch / bench_seconds : 0,
+      bench_seconds > 0 ? bench_wait / bench_seconds : 0};
   hvd::allreduce(perf, "train_cnn.perf", hvd::ReduceOp::kAverage);
   sum.images_per_s = perf[0];
   sum.wait_share = perf[1];
@@ -445,12 +452,14 @@ TrainSummary Trainer::run() {
     os << "benchmark: " << size_ << (size_ == 1 ? " replica" : " replicas") << " x batch "
        << flags_.batch_size << " (" << global_batch << " images per step), "
        << (warm ? bench_steps : sum.steps_this_run) << " steps measured"
-       << (warm ? " after " + std::to_string(flags_.benchmark_warmup) + " warm-up steps" : std::string(""))
+       << (warm ? " after " + std::to_string(flags_.benchmark_warmup) + " warm-up steps"
+                : std::string(""))
        << ": " << format("%.1f", warm ? perf[2] : perf[0]) << " images/s ("
        << format("%.1f", (warm ? perf[2] : perf[0]) / size_) << " per replica), "
        << format("%.2f", 1000.0 * global_batch / std::max(1e-9, warm ? perf[2] : perf[0]))
-       << " ms per step, waiting for communication " << format("%.1f", 100.0 * (warm ? perf[3] : perf[1]))
-       << "% of step time; load average " << load_average();
+       << " ms per step, waiting for communication "
+       << format("%.1f", 100.0 * (warm ? perf[3] : perf[1])) << "% of step time; load average "
+       << load_average();
     progress_->line(os.str());
   }
   std::ostringstream os;

@@ -41,14 +41,14 @@ class AllRanksError : public hvd::InvalidArgumentError {
 };
 
 struct TrainSummary {
-  int64_t global_step = 0;      // optimizer steps done in total (a resumed run's earlier ones too)
+  int64_t global_step = 0;  // optimizer steps done in total (a resumed run's earlier ones too)
   int64_t steps_this_run = 0;
-  int epochs_done = 0;          // complete epochs in total
+  int epochs_done = 0;  // complete epochs in total
   bool evaluated = false;
   double test_loss = 0, test_accuracy = 0;
-  double images_per_s = 0;      // training throughput of this run, images of all replicas
-  double wait_share = 0;        // share of step time waiting for gradient all-reduces (rank mean)
-  double seconds = 0;           // wall time of this run's training loop
+  double images_per_s = 0;  // training throughput of this run, images of all replicas
+  double wait_share = 0;    // share of step time waiting for gradient all-reduces (rank mean)
+  double seconds = 0;       // wall time of this run's training loop
 };
 
 class Trainer {

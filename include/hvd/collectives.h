@@ -48,7 +48,8 @@ inline constexpr const char* kReservedNamePrefix = "__hvd.";
 // allreduce: out = postscale * reduce_op(prescale * in over ranks); kAverage divides by the number of
 // ranks that contributed (ranks that called join() contribute the identity of the op).
 Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name,
-                       ReduceOp op = ReduceOp::kAverage, double prescale = 1.0, double postscale = 1.0);
+                       ReduceOp op = ReduceOp::kAverage, double prescale = 1.0,
+                       double postscale = 1.0);
 // All tensors of a group are negotiated and reduced together (one fused operation).
 Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef> out,
                                const std::string& name, ReduceOp op = ReduceOp::kAverage);
@@ -77,12 +78,13 @@ int join();
 // Convenience for std::vector / std::span of arithmetic T (CPU memory).
 template <class T>
 TensorRef as_tensor(std::span<T> data) {
-  return TensorRef(static_cast<void*>(const_cast<std::remove_const_t<T>*>(data.data())), dtype_of<T>(),
-                   {static_cast<int64_t>(data.size())});
+  return TensorRef(static_cast<void*>(const_cast<std::remove_const_t<T>*>(data.data())),
+                   dtype_of<T>(), {static_cast<int64_t>(data.size())});
 }
 
 template <class T>
-Handle allreduce_async(std::span<T> data, const std::string& name, ReduceOp op = ReduceOp::kAverage) {
+Handle allreduce_async(std::span<T> data, const std::string& name,
+                       ReduceOp op = ReduceOp::kAverage) {
   TensorRef t = as_tensor(data);
   return allreduce_async(t, t, name, op);
 }

@@ -22,10 +22,10 @@ bool initialized();
 // Topology. All throw hvd::Error before init() and after shutdown().
 int rank();
 int size();
-int local_rank();   // rank within this node
-int local_size();   // ranks on this node
-int cross_rank();   // index of this node among nodes (rank among the ranks with this local_rank)
-int cross_size();   // number of nodes (ranks with this local_rank)
+int local_rank();  // rank within this node
+int local_size();  // ranks on this node
+int cross_rank();  // index of this node among nodes (rank among the ranks with this local_rank)
+int cross_size();  // number of nodes (ranks with this local_rank)
 bool is_homogeneous();  // every node has the same local_size
 
 }  // namespace hvd

@@ -52,7 +52,7 @@ struct StrategyOptions {
 
 // This replica's share of one epoch: the same number of steps on every replica.
 struct Shard {
-  int64_t steps = 0;             // steps in the epoch (the remainder of the data set is dropped)
+  int64_t steps = 0;  // steps in the epoch (the remainder of the data set is dropped)
   int64_t batch_per_replica = 0;
   std::vector<int64_t> indices;  // steps x batch_per_replica sample indices, step-major
   // The sample indices of this replica's batch at `step`.
@@ -73,7 +73,9 @@ class Strategy {
   // Sharding with a per-epoch shuffle of [0, dataset_size) from the shared seed: each step takes
   // the next global batch of batch_per_replica x replicas samples; replica r takes its r-th slice.
   Shard shard(int64_t dataset_size, int64_t batch_per_replica, int64_t epoch) const;
-  int64_t global_batch(int64_t batch_per_replica) const { return batch_per_replica * num_replicas_in_sync(); }
+  int64_t global_batch(int64_t batch_per_replica) const {
+    return batch_per_replica * num_replicas_in_sync();
+  }
   // The learning rate at a (0-based, optimizer) step: scaled and warmed up as the options say.
   double learning_rate(int64_t step) const;
 

@@ -39,13 +39,20 @@ std::string shape_string(const std::vector<int64_t>& shape);
 template <class T>
 constexpr DataType dtype_of() {
   using U = std::remove_cv_t<T>;
-  if constexpr (std::is_same_v<U, uint8_t>) return DataType::kUInt8;
-  else if constexpr (std::is_same_v<U, int8_t>) return DataType::kInt8;
-  else if constexpr (std::is_same_v<U, int32_t>) return DataType::kInt32;
-  else if constexpr (std::is_same_v<U, int64_t>) return DataType::kInt64;
-  else if constexpr (std::is_same_v<U, float>) return DataType::kFloat32;
-  else if constexpr (std::is_same_v<U, double>) return DataType::kFloat64;
-  else static_assert(sizeof(U) == 0, "hvd: no DataType for this C++ type");
+  if constexpr (std::is_same_v<U, uint8_t>)
+    return DataType::kUInt8;
+  else if constexpr (std::is_same_v<U, int8_t>)
+    return DataType::kInt8;
+  else if constexpr (std::is_same_v<U, int32_t>)
+    return DataType::kInt32;
+  else if constexpr (std::is_same_v<U, int64_t>)
+    return DataType::kInt64;
+  else if constexpr (std::is_same_v<U, float>)
+    return DataType::kFloat32;
+  else if constexpr (std::is_same_v<U, double>)
+    return DataType::kFloat64;
+  else
+    static_assert(sizeof(U) == 0, "hvd: no DataType for this C++ type");
 }
 
 // A non-owning view of a tensor: a data pointer, a dtype, a shape, the device the data lives on
@@ -62,7 +69,8 @@ class TensorRef {
             void* stream = nullptr)
       : TensorRef(const_cast<void*>(data), dtype, std::move(shape), device, stream) {}
   // No data: TensorRef(nullptr, dtype, {0}) (a null pointer is valid only without elements).
-  TensorRef(std::nullptr_t, DataType dtype, std::vector<int64_t> shape, Device device = {}, void* stream = nullptr)
+  TensorRef(std::nullptr_t, DataType dtype, std::vector<int64_t> shape, Device device = {},
+            void* stream = nullptr)
       : TensorRef(static_cast<void*>(nullptr), dtype, std::move(shape), device, stream) {}
 
   void* data() const { return data_; }
@@ -71,7 +79,9 @@ class TensorRef {
   Device device() const { return device_; }
   void* stream() const { return stream_; }
   int64_t num_elements() const;
-  std::size_t size_bytes() const { return static_cast<std::size_t>(num_elements()) * dtype_size(dtype_); }
+  std::size_t size_bytes() const {
+    return static_cast<std::size_t>(num_elements()) * dtype_size(dtype_);
+  }
 
  private:
   void* data_ = nullptr;

@@ -95,24 +95,30 @@ class Handle {
 at::Tensor synchronize(Handle& handle);
 
 // allreduce: postscale * op over ranks of (prescale * tensor); kAverage divides by the ranks.
-Handle allreduce_async(const at::Tensor& tensor, const std::string& name, ReduceOp op = ReduceOp::kAverage,
-                       double prescale_factor = 1.0, double postscale_factor = 1.0);
-at::Tensor allreduce(const at::Tensor& tensor, const std::string& name, ReduceOp op = ReduceOp::kAverage,
-                     double prescale_factor = 1.0, double postscale_factor = 1.0);
+Handle allreduce_async(const at::Tensor& tensor, const std::string& name,
+                       ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                       double postscale_factor = 1.0);
+at::Tensor allreduce(const at::Tensor& tensor, const std::string& name,
+                     ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                     double postscale_factor = 1.0);
 // In place: the result replaces the tensor's values.
-Handle allreduce_async_(const at::Tensor& tensor, const std::string& name, ReduceOp op = ReduceOp::kAverage,
-                        double prescale_factor = 1.0, double postscale_factor = 1.0);
-const at::Tensor& allreduce_(const at::Tensor& tensor, const std::string& name, ReduceOp op = ReduceOp::kAverage,
-                             double prescale_factor = 1.0, double postscale_factor = 1.0);
+Handle allreduce_async_(const at::Tensor& tensor, const std::string& name,
+                        ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                        double postscale_factor = 1.0);
+const at::Tensor& allreduce_(const at::Tensor& tensor, const std::string& name,
+                             ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
+                             double postscale_factor = 1.0);
 
 // One fused operation for all tensors (members named name.0, name.1, ...); all on one device.
 Handle grouped_allreduce_async(const std::vector<at::Tensor>& tensors, const std::string& name,
                                ReduceOp op = ReduceOp::kAverage);
-std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& tensors, const std::string& name,
+std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& tensors,
+                                          const std::string& name,
                                           ReduceOp op = ReduceOp::kAverage);
 Handle grouped_allreduce_async_(const std::vector<at::Tensor>& tensors, const std::string& name,
                                 ReduceOp op = ReduceOp::kAverage);
-const std::vector<at::Tensor>& grouped_allreduce_(const std::vector<at::Tensor>& tensors, const std::string& name,
+const std::vector<at::Tensor>& grouped_allreduce_(const std::vector<at::Tensor>& tensors,
+                                                  const std::string& name,
                                                   ReduceOp op = ReduceOp::kAverage);
 
 // Concatenation along the first dimension in rank order (the first dimension may differ per rank).
@@ -128,21 +134,25 @@ at::Tensor broadcast(const at::Tensor& tensor, int root, const std::string& name
 
 // splits[r] rows of the first dimension go to rank r (empty: equal parts); the result holds the
 // rows received, in rank order; received_splits (optional) gets how many came from each rank.
-Handle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name);
-at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name,
-                    std::vector<int64_t>* received_splits = nullptr);
+Handle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits,
+                      const std::string& name);
+at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits,
+                    const std::string& name, std::vector<int64_t>* received_splits = nullptr);
 
 // Reduce over ranks, then rank r keeps its block of the first dimension (the first rows % size
 // ranks one row more).
-Handle reducescatter_async(const at::Tensor& tensor, const std::string& name, ReduceOp op = ReduceOp::kAverage);
-at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name, ReduceOp op = ReduceOp::kAverage);
+Handle reducescatter_async(const at::Tensor& tensor, const std::string& name,
+                           ReduceOp op = ReduceOp::kAverage);
+at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name,
+                         ReduceOp op = ReduceOp::kAverage);
 
 // ---- Models and optimizers ---------------------------------------------------------------------
 
 // Copies root's tensors into every rank's, in place, by name (every rank passes the same names,
 // shapes and dtypes): module->named_parameters(), or a module (its parameters and buffers).
 void broadcast_parameters(const NamedTensors& named_tensors, int root = 0);
-void broadcast_parameters(const std::vector<std::pair<std::string, at::Tensor>>& named_tensors, int root = 0);
+void broadcast_parameters(const std::vector<std::pair<std::string, at::Tensor>>& named_tensors,
+                          int root = 0);
 void broadcast_parameters(const ::torch::nn::Module& module, int root = 0);
 template <class M>
 void broadcast_parameters(const ::torch::nn::ModuleHolder<M>& module, int root = 0) {
@@ -180,8 +190,10 @@ struct DistributedOptimizerOptions {
 struct CommunicationStats {
   int64_t steps = 0;
   double step_seconds = 0;  // between consecutive step() returns (forward, backward, update, ...)
-  double wait_seconds = 0;  // in step()/synchronize(), starting the remaining all-reduces and waiting
-  double hook_seconds = 0;  // in the autograd hooks (copying each gradient and starting its all-reduce)
+  double wait_seconds =
+      0;  // in step()/synchronize(), starting the remaining all-reduces and waiting
+  double hook_seconds =
+      0;  // in the autograd hooks (copying each gradient and starting its all-reduce)
   // The share of step time spent waiting for communication.
   double wait_share() const { return step_seconds > 0 ? wait_seconds / step_seconds : 0.0; }
 };
@@ -205,7 +217,8 @@ class DistributedOptimizer : public ::torch::optim::Optimizer {
  public:
   DistributedOptimizer(::torch::optim::Optimizer& optimizer, const NamedTensors& named_parameters,
                        DistributedOptimizerOptions options = {});
-  explicit DistributedOptimizer(::torch::optim::Optimizer& optimizer, DistributedOptimizerOptions options = {});
+  explicit DistributedOptimizer(::torch::optim::Optimizer& optimizer,
+                                DistributedOptimizerOptions options = {});
   ~DistributedOptimizer() override;
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
@@ -251,21 +264,26 @@ class DistributedOptimizer : public ::torch::optim::Optimizer {
 // that have taken no step) and removes state it does not have, so a resumed run continues exactly.
 class Checkpointer {
  public:
-  explicit Checkpointer(std::string dir, int keep_last = 3) : checkpointer_(std::move(dir), keep_last) {}
+  explicit Checkpointer(std::string dir, int keep_last = 3)
+      : checkpointer_(std::move(dir), keep_last) {}
   void save(int64_t step, const ::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer,
             const std::map<std::string, std::string>& metadata = {});
-  void save(int64_t step, const ::torch::nn::Module& model, const std::map<std::string, std::string>& metadata = {});
+  void save(int64_t step, const ::torch::nn::Module& model,
+            const std::map<std::string, std::string>& metadata = {});
   // The step of the checkpoint restored, or std::nullopt (nothing changed) when dir has none.
-  std::optional<int64_t> restore_latest(::torch::nn::Module& model, ::torch::optim::Optimizer& optimizer);
+  std::optional<int64_t> restore_latest(::torch::nn::Module& model,
+                                        ::torch::optim::Optimizer& optimizer);
   std::optional<int64_t> restore_latest(::torch::nn::Module& model);
 
   template <class M>
-  void save(int64_t step, const ::torch::nn::ModuleHolder<M>& model, ::torch::optim::Optimizer& optimizer,
+  void save(int64_t step, const ::torch::nn::ModuleHolder<M>& model,
+            ::torch::optim::Optimizer& optimizer,
             const std::map<std::string, std::string>& metadata = {}) {
     save(step, *model, optimizer, metadata);
   }
   template <class M>
-  std::optional<int64_t> restore_latest(::torch::nn::ModuleHolder<M>& model, ::torch::optim::Optimizer& optimizer) {
+  std::optional<int64_t> restore_latest(::torch::nn::ModuleHolder<M>& model,
+                                        ::torch::optim::Optimizer& optimizer) {
     return restore_latest(*model, optimizer);
   }
   hvd::Checkpointer& checkpointer() { return checkpointer_; }
@@ -291,9 +309,10 @@ class Checkpointer {
 // which a data loader owning the sampler does not allow: see docs/libtorch.md.)
 class DistributedSampler : public ::torch::data::samplers::Sampler<> {
  public:
-  explicit DistributedSampler(std::size_t size);  // hvd::size() replicas, rank hvd::rank(), shuffled, seed 0
-  DistributedSampler(std::size_t size, int num_replicas, int rank, bool shuffle = true, uint64_t seed = 0,
-                     bool drop_last = false);
+  explicit DistributedSampler(
+      std::size_t size);  // hvd::size() replicas, rank hvd::rank(), shuffled, seed 0
+  DistributedSampler(std::size_t size, int num_replicas, int rank, bool shuffle = true,
+                     uint64_t seed = 0, bool drop_last = false);
 
   void reset(c10::optional<std::size_t> new_size = c10::nullopt) override;
   c10::optional<std::vector<std::size_t>> next(std::size_t batch_size) override;
@@ -301,8 +320,8 @@ class DistributedSampler : public ::torch::data::samplers::Sampler<> {
   void load(::torch::serialize::InputArchive& archive) override;
 
   void set_epoch(std::size_t epoch) { next_epoch_ = epoch; }
-  std::size_t epoch() const { return epoch_; }           // the epoch of the last reset()
-  std::size_t local_size() const;                        // samples per epoch on this rank
+  std::size_t epoch() const { return epoch_; }  // the epoch of the last reset()
+  std::size_t local_size() const;               // samples per epoch on this rank
   const std::vector<std::size_t>& indices() const { return indices_; }  // this rank's, this epoch
 
  private:

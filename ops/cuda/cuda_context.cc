@@ -19,7 +19,9 @@ int mpi_rank_or_minus_one() {
   return rank;
 }
 
-std::string version_pair(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+std::string version_pair(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
 
 // Device memory is rounded up to 2 MiB steps (at least the request) so that a slowly growing batch
 // does not reallocate every time.
@@ -34,7 +36,8 @@ std::string cuda_version_string() {
   int rt = 0, drv = 0;
   cudaRuntimeGetVersion(&rt);
   cudaDriverGetVersion(&drv);
-  return "CUDA runtime " + version_pair(rt) + ", driver " + (drv ? version_pair(drv) : std::string("none"));
+  return "CUDA runtime " + version_pair(rt) + ", driver " +
+         (drv ? version_pair(drv) : std::string("none"));
 }
 
 void throw_cuda_error(const char* call, cudaError_t code, const char* file, int line) {
@@ -42,9 +45,11 @@ void throw_cuda_error(const char* call, cudaError_t code, const char* file, int 
   for (const char* p = file; *p; ++p)
     if (*p == '/') base = p + 1;
   std::ostringstream s;
-  s << call << " failed on rank " << mpi_rank_or_minus_one() << ": " << cudaGetErrorName(code) << ": "
-    << cudaGetErrorString(code) << " (" << cuda_version_string() << ", " << base << ":" << line << ").";
-  if (code == cudaErrorNoDevice || code == cudaErrorInvalidDevice || code == cudaErrorInsufficientDriver)
+  s << call << " failed on rank " << mpi_rank_or_minus_one() << ": " << cudaGetErrorName(code)
+    << ": " << cudaGetErrorString(code) << " (" << cuda_version_string() << ", " << base << ":"
+    << line << ").";
+  if (code == cudaErrorNoDevice || code == cudaErrorInvalidDevice ||
+      code == cudaErrorInsufficientDriver)
     s << " Check CUDA_VISIBLE_DEVICES and the driver (nvidia-smi), or pass CPU tensors.";
   else if (code == cudaErrorMemoryAllocation)
     s << " The GPU is out of memory: lower HVD_FUSION_THRESHOLD or the batch size.";

@@ -34,10 +34,10 @@ namespace hvd::ops::cuda {
 // and driver versions, and the file and line.
 [[noreturn]] void throw_cuda_error(const char* call, cudaError_t code, const char* file, int line);
 
-#define CUDA_CHECK(call)                                                          \
-  do {                                                                            \
-    cudaError_t hvd_cuda_rc_ = (call);                                            \
-    if (hvd_cuda_rc_ != cudaSuccess)                                              \
+#define CUDA_CHECK(call)                                                           \
+  do {                                                                             \
+    cudaError_t hvd_cuda_rc_ = (call);                                             \
+    if (hvd_cuda_rc_ != cudaSuccess)                                               \
       ::hvd::ops::cuda::throw_cuda_error(#call, hvd_cuda_rc_, __FILE__, __LINE__); \
   } while (0)
 

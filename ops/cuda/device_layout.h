@@ -25,8 +25,8 @@ struct DeviceFusionLayout {
   int64_t bytes = 0;     // buffer size needed: elements * element size
 };
 
-inline DeviceFusionLayout device_fusion_layout(const std::vector<int64_t>& sizes_bytes, int64_t element_size,
-                                               int parts = 1) {
+inline DeviceFusionLayout device_fusion_layout(const std::vector<int64_t>& sizes_bytes,
+                                               int64_t element_size, int parts = 1) {
   DeviceFusionLayout d;
   d.layout = fusion_layout(sizes_bytes, kDeviceFusionAlignment);
   if (parts < 1) parts = 1;

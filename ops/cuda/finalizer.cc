@@ -6,8 +6,9 @@ namespace hvd::ops::cuda {
 namespace {
 
 std::string event_error(cudaError_t rc) {
-  return std::string("a GPU operation failed: ") + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc) + " (" +
-         cuda_version_string() + "). A kernel on the GPU faulted or the device was lost; see the other ranks' logs.";
+  return std::string("a GPU operation failed: ") + cudaGetErrorName(rc) + ": " +
+         cudaGetErrorString(rc) + " (" + cuda_version_string() +
+         "). A kernel on the GPU faulted or the device was lost; see the other ranks' logs.";
 }
 
 }  // namespace

@@ -87,7 +87,8 @@ __global__ void scale_half_kernel(const __half* src, __half* dst, int64_t n, flo
     dst[i] = __float2half_rn(__half2float(src[i]) * factor);
 }
 
-__global__ void scale_bf16_kernel(const __nv_bfloat16* src, __nv_bfloat16* dst, int64_t n, float factor) {
+__global__ void scale_bf16_kernel(const __nv_bfloat16* src, __nv_bfloat16* dst, int64_t n,
+                                  float factor) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     dst[i] = __float2bfloat16_rn(__bfloat162float(src[i]) * factor);
@@ -107,8 +108,8 @@ __global__ void from_half_kernel(const __half* src, float* dst, int64_t n, float
 
 template <class T>
 void launch_int(const void* src, void* dst, int64_t n, double factor, cudaStream_t stream) {
-  scale_int_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src), static_cast<T*>(dst), n,
-                                                              factor);
+  scale_int_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src),
+                                                              static_cast<T*>(dst), n, factor);
 }
 
 }  // namespace
@@ -116,28 +117,39 @@ void launch_int(const void* src, void* dst, int64_t n, double factor, cudaStream
 void batched_copy(const CopyDescriptor* descs, int count, int64_t max_bytes, cudaStream_t stream) {
   if (count <= 0 || max_bytes <= 0) return;
   // About 64 KiB per block along x (256 threads x 16 B x 16 iterations), at most 1024 blocks.
-  const unsigned gx = static_cast<unsigned>(std::clamp<int64_t>((max_bytes + 65535) / 65536, 1, 1024));
+  const unsigned gx =
+      static_cast<unsigned>(std::clamp<int64_t>((max_bytes + 65535) / 65536, 1, 1024));
   const unsigned gy = static_cast<unsigned>(std::min(count, 65535));
   batched_copy_kernel<<<dim3(gx, gy), kThreads, 0, stream>>>(descs, count);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void scale(DataType dtype, const void* src, void* dst, int64_t n, double factor, cudaStream_t stream) {
+void scale(DataType dtype, const void* src, void* dst, int64_t n, double factor,
+           cudaStream_t stream) {
   if (n <= 0) return;
   if (factor == 1.0) {
     if (src != dst)
-      CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(dtype), cudaMemcpyDeviceToDevice,
-                                 stream));
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(dtype),
+                                 cudaMemcpyDeviceToDevice, stream));
     return;
   }
   const unsigned blocks = blocks_for(n);
   switch (dtype) {
-    case DataType::kUInt8: launch_int<uint8_t>(src, dst, n, factor, stream); break;
-    case DataType::kInt8: launch_int<int8_t>(src, dst, n, factor, stream); break;
-    case DataType::kInt32: launch_int<int32_t>(src, dst, n, factor, stream); break;
-    case DataType::kInt64: launch_int<int64_t>(src, dst, n, factor, stream); break;
+    case DataType::kUInt8:
+      launch_int<uint8_t>(src, dst, n, factor, stream);
+      break;
+    case DataType::kInt8:
+      launch_int<int8_t>(src, dst, n, factor, stream);
+      break;
+    case DataType::kInt32:
+      launch_int<int32_t>(src, dst, n, factor, stream);
+      break;
+    case DataType::kInt64:
+      launch_int<int64_t>(src, dst, n, factor, stream);
+      break;
     case DataType::kFloat16:
-      scale_half_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(src), static_cast<__half*>(dst), n,
+      scale_half_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(src),
+                                                         static_cast<__half*>(dst), n,
                                                          static_cast<float>(factor));
       break;
     case DataType::kBFloat16:
@@ -148,16 +160,16 @@ void scale(DataType dtype, const void* src, void* dst, int64_t n, double factor,
     case DataType::kFloat32: {
       const float f = static_cast<float>(factor);
       if (static_cast<double>(f) == factor)
-        scale_native_kernel<float, float><<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(src),
-                                                                           static_cast<float*>(dst), n, f);
+        scale_native_kernel<float, float><<<blocks, kThreads, 0, stream>>>(
+            static_cast<const float*>(src), static_cast<float*>(dst), n, f);
       else
-        scale_native_kernel<float, double><<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(src),
-                                                                            static_cast<float*>(dst), n, factor);
+        scale_native_kernel<float, double><<<blocks, kThreads, 0, stream>>>(
+            static_cast<const float*>(src), static_cast<float*>(dst), n, factor);
       break;
     }
     case DataType::kFloat64:
-      scale_native_kernel<double, double><<<blocks, kThreads, 0, stream>>>(static_cast<const double*>(src),
-                                                                           static_cast<double*>(dst), n, factor);
+      scale_native_kernel<double, double><<<blocks, kThreads, 0, stream>>>(
+          static_cast<const double*>(src), static_cast<double*>(dst), n, factor);
       break;
   }
   CUDA_CHECK(cudaGetLastError());
@@ -166,14 +178,15 @@ void scale(DataType dtype, const void* src, void* dst, int64_t n, double factor,
 void cast_to_half(const float* src, uint16_t* dst, int64_t n, double factor, cudaStream_t stream) {
   if (n <= 0) return;
   to_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, reinterpret_cast<__half*>(dst), n,
-                                                        static_cast<float>(factor));
+                                                         static_cast<float>(factor));
   CUDA_CHECK(cudaGetLastError());
 }
 
-void cast_from_half(const uint16_t* src, float* dst, int64_t n, double factor, cudaStream_t stream) {
+void cast_from_half(const uint16_t* src, float* dst, int64_t n, double factor,
+                    cudaStream_t stream) {
   if (n <= 0) return;
-  from_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(reinterpret_cast<const __half*>(src), dst, n,
-                                                          static_cast<float>(factor));
+  from_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(reinterpret_cast<const __half*>(src),
+                                                           dst, n, static_cast<float>(factor));
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -32,7 +32,8 @@ struct CopyDescriptor {
 void batched_copy(const CopyDescriptor* descs, int count, int64_t max_bytes, cudaStream_t stream);
 
 // n elements; src == dst allowed; factor == 1 with src == dst does nothing.
-void scale(DataType dtype, const void* src, void* dst, int64_t n, double factor, cudaStream_t stream);
+void scale(DataType dtype, const void* src, void* dst, int64_t n, double factor,
+           cudaStream_t stream);
 
 // fp32 -> fp16 (dst[i] = half(src[i] * factor)) and back (dst[i] = float(src[i]) * factor).
 void cast_to_half(const float* src, uint16_t* dst, int64_t n, double factor, cudaStream_t stream);

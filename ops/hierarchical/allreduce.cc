@@ -25,21 +25,25 @@ HierarchicalPlan plan(const mpi::MpiTopology& t) {
 MpiHierarchicalAllreduce::MpiHierarchicalAllreduce(const mpi::MpiContext& ctx, FusionBuffer& buffer)
     : ctx_(ctx), buffer_(buffer), plan_(plan(ctx.topology())) {
   if (ctx_.topology().rank == 0) {
-    if (plan_.use) HVD_LOG(Info) << plan_.reason;
-    else HVD_LOG(Warning) << plan_.reason;
+    if (plan_.use)
+      HVD_LOG(Info) << plan_.reason;
+    else
+      HVD_LOG(Warning) << plan_.reason;
   }
 }
 
 namespace {
 
-constexpr int64_t kSegmentBytes = 1 << 20;      // unit of one message: a block goes in segments
-constexpr int64_t kChunkBytes = 8 << 20;        // pipelining unit of the whole algorithm
+constexpr int64_t kSegmentBytes = 1 << 20;  // unit of one message: a block goes in segments
+constexpr int64_t kChunkBytes = 8 << 20;    // pipelining unit of the whole algorithm
 constexpr int kMaxChunks = 16;
 // One tag per phase, so that the in-node reduce-scatter of one chunk and the in-node all-gather of
 // another, which run at the same time on the same communicator, never take each other's messages.
 constexpr int kTagLocalReduceScatter = 0x4871, kTagCross = 0x4872, kTagLocalAllgather = 0x4873;
 
-int64_t num_segments(int64_t bytes) { return bytes == 0 ? 0 : (bytes + kSegmentBytes - 1) / kSegmentBytes; }
+int64_t num_segments(int64_t bytes) {
+  return bytes == 0 ? 0 : (bytes + kSegmentBytes - 1) / kSegmentBytes;
+}
 
 // One exchange of a ring: send one block to the right neighbour while receiving one from the left
 // (byte offsets into the op's buffer), reducing what arrives or storing it.
@@ -53,7 +57,8 @@ struct RingStep {
 // reduces the block r-k-2 it receives, so after p-1 steps it holds the full reduction of block r,
 // computed once, by one rank: every rank ends with the same bits. All-gather: at step k rank r
 // forwards block r-k and receives block r-k-1.
-void add_ring(std::vector<RingStep>& out, const Shards& s, int64_t base, int64_t esize, bool reduce, int me, int p) {
+void add_ring(std::vector<RingStep>& out, const Shards& s, int64_t base, int64_t esize, bool reduce,
+              int me, int p) {
   auto mod = [p](int v) { return static_cast<size_t>(((v % p) + p) % p); };
   for (int k = 0; k < p - 1; ++k) {
     const size_t sb = reduce ? mod(me - k - 1) : mod(me - k);
@@ -69,10 +74,17 @@ void add_ring(std::vector<RingStep>& out, const Shards& s, int64_t base, int64_t
 // progress together: poll() does whatever is possible now and returns.
 class MpiHierarchicalAllreduce::RingOp {
  public:
-  RingOp(char* buf, std::vector<RingStep> steps, DataType dtype, ReduceOp op, int left, int right, MPI_Comm comm,
-         int tag, FusionBuffer* scratch)
-      : buf_(buf), steps_(std::move(steps)), dtype_(dtype), op_(op), left_(left), right_(right), comm_(comm),
-        tag_(tag), scratch_(scratch) {
+  RingOp(char* buf, std::vector<RingStep> steps, DataType dtype, ReduceOp op, int left, int right,
+         MPI_Comm comm, int tag, FusionBuffer* scratch)
+      : buf_(buf),
+        steps_(std::move(steps)),
+        dtype_(dtype),
+        op_(op),
+        left_(left),
+        right_(right),
+        comm_(comm),
+        tag_(tag),
+        scratch_(scratch) {
     start();
   }
   bool done() const { return step_ >= steps_.size(); }
@@ -95,7 +107,8 @@ class MpiHierarchicalAllreduce::RingOp {
         ++received_;
       }
       int all = 0;
-      MPI_CHECK(MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &all, MPI_STATUSES_IGNORE));
+      MPI_CHECK(
+          MPI_Testall(static_cast<int>(sends_.size()), sends_.data(), &all, MPI_STATUSES_IGNORE));
       if (!all) return;
       ++step_;
       start();
@@ -103,12 +116,15 @@ class MpiHierarchicalAllreduce::RingOp {
   }
 
  private:
-  char* scratch_ptr() { return static_cast<char*>(scratch_->get(static_cast<size_t>(2 * kSegmentBytes))); }
+  char* scratch_ptr() {
+    return static_cast<char*>(scratch_->get(static_cast<size_t>(2 * kSegmentBytes)));
+  }
 
   void post_recv(int64_t i) {
     const RingStep& st = steps_[step_];
     const int64_t b = std::min(kSegmentBytes, st.recv_bytes - i * kSegmentBytes);
-    char* dst = st.reduce ? scratch_ptr() + (i % 2) * kSegmentBytes : buf_ + st.recv_off + i * kSegmentBytes;
+    char* dst = st.reduce ? scratch_ptr() + (i % 2) * kSegmentBytes
+                          : buf_ + st.recv_off + i * kSegmentBytes;
     MPI_CHECK(MPI_Irecv(dst, static_cast<int>(b), MPI_BYTE, left_, tag_, comm_, &recv_[i % 2]));
   }
 
@@ -122,8 +138,8 @@ class MpiHierarchicalAllreduce::RingOp {
     sends_.assign(static_cast<size_t>(ns), MPI_REQUEST_NULL);
     for (int64_t i = 0; i < ns; ++i) {
       const int64_t b = std::min(kSegmentBytes, st.send_bytes - i * kSegmentBytes);
-      MPI_CHECK(MPI_Isend(buf_ + st.send_off + i * kSegmentBytes, static_cast<int>(b), MPI_BYTE, right_, tag_, comm_,
-                          &sends_[static_cast<size_t>(i)]));
+      MPI_CHECK(MPI_Isend(buf_ + st.send_off + i * kSegmentBytes, static_cast<int>(b), MPI_BYTE,
+                          right_, tag_, comm_, &sends_[static_cast<size_t>(i)]));
     }
   }
 
@@ -155,15 +171,18 @@ void MpiHierarchicalAllreduce::reduce(char* buf, int64_t count, DataType dtype, 
   const auto& topo = ctx_.topology();
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int lp = topo.local_size, lr = topo.local_rank, cp = topo.cross_size, cr = topo.cross_rank;
-  const int chunks = static_cast<int>(std::clamp<int64_t>(count * esize / kChunkBytes, 1, kMaxChunks));
+  const int chunks =
+      static_cast<int>(std::clamp<int64_t>(count * esize / kChunkBytes, 1, kMaxChunks));
   const Shards chunk = shard(count, chunks);
 
   auto local_op = [&](int c, bool reduce_scatter) {
     std::vector<RingStep> steps;
     const Shards s = shard(chunk.counts[static_cast<size_t>(c)], lp);
-    add_ring(steps, s, chunk.offsets[static_cast<size_t>(c)] * esize, esize, reduce_scatter, lr, lp);
-    return std::make_unique<RingOp>(buf, std::move(steps), dtype, op, (lr + lp - 1) % lp, (lr + 1) % lp,
-                                    ctx_.local(), reduce_scatter ? kTagLocalReduceScatter : kTagLocalAllgather,
+    add_ring(steps, s, chunk.offsets[static_cast<size_t>(c)] * esize, esize, reduce_scatter, lr,
+             lp);
+    return std::make_unique<RingOp>(buf, std::move(steps), dtype, op, (lr + lp - 1) % lp,
+                                    (lr + 1) % lp, ctx_.local(),
+                                    reduce_scatter ? kTagLocalReduceScatter : kTagLocalAllgather,
                                     reduce_scatter ? &scratch_rs_ : nullptr);
   };
   auto cross_op = [&](int c) {
@@ -173,8 +192,8 @@ void MpiHierarchicalAllreduce::reduce(char* buf, int64_t count, DataType dtype, 
     const Shards sub = shard(s.counts[static_cast<size_t>(lr)], cp);
     add_ring(steps, sub, mine * esize, esize, true, cr, cp);
     add_ring(steps, sub, mine * esize, esize, false, cr, cp);
-    return std::make_unique<RingOp>(buf, std::move(steps), dtype, op, (cr + cp - 1) % cp, (cr + 1) % cp,
-                                    ctx_.cross(), kTagCross, &scratch_cross_);
+    return std::make_unique<RingOp>(buf, std::move(steps), dtype, op, (cr + cp - 1) % cp,
+                                    (cr + 1) % cp, ctx_.cross(), kTagCross, &scratch_cross_);
   };
 
   for (int stage = 0; stage < chunks + 2; ++stage) {
@@ -209,7 +228,8 @@ void MpiHierarchicalAllreduce::execute(OpBatch& batch) {
     // partial sums travel between ranks.
     const mpi::CompressedLayout layout = mpi::compressed_layout(batch);
     if (layout.count == 0) return;
-    auto* buf = static_cast<uint16_t*>(buffer_.get(static_cast<size_t>(layout.count) * sizeof(uint16_t)));
+    auto* buf =
+        static_cast<uint16_t*>(buffer_.get(static_cast<size_t>(layout.count) * sizeof(uint16_t)));
     mpi::pack_compressed(batch, wire, layout, buf, batch.prescale);
     reduce(reinterpret_cast<char*>(buf), layout.count, wire, batch.reduce_op);
     mpi::unpack_compressed(batch, wire, layout, buf, post);
@@ -220,7 +240,8 @@ void MpiHierarchicalAllreduce::execute(OpBatch& batch) {
     const int64_t n = e.output.num_elements();
     if (n == 0) return;
     if (batch.prescale != 1.0 || e.input.data() != e.output.data()) {
-      scale_copy(batch.dtype, e.input.data(), e.output.data(), static_cast<size_t>(n), batch.prescale);
+      scale_copy(batch.dtype, e.input.data(), e.output.data(), static_cast<size_t>(n),
+                 batch.prescale);
     }
     reduce(static_cast<char*>(e.output.data()), n, batch.dtype, batch.reduce_op);
     scale_buffer(batch.dtype, e.output.data(), static_cast<size_t>(n), post);
@@ -233,15 +254,15 @@ void MpiHierarchicalAllreduce::execute(OpBatch& batch) {
   char* buf = static_cast<char*>(buffer_.get(static_cast<size_t>(layout.total_bytes)));
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     const auto& e = batch.entries[i];
-    scale_copy(batch.dtype, e.input.data(), buf + layout.offsets[i], static_cast<size_t>(e.input.num_elements()),
-               batch.prescale);
+    scale_copy(batch.dtype, e.input.data(), buf + layout.offsets[i],
+               static_cast<size_t>(e.input.num_elements()), batch.prescale);
   }
   const int64_t count = layout.total_bytes / static_cast<int64_t>(dtype_size(batch.dtype));
   reduce(buf, count, batch.dtype, batch.reduce_op);
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     auto& e = batch.entries[i];
-    scale_copy(batch.dtype, buf + layout.offsets[i], e.output.data(), static_cast<size_t>(e.output.num_elements()),
-               post);
+    scale_copy(batch.dtype, buf + layout.offsets[i], e.output.data(),
+               static_cast<size_t>(e.output.num_elements()), post);
   }
 }
 

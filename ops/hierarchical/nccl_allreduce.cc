@@ -11,7 +11,8 @@
 
 namespace hvd::ops::hierarchical {
 
-NcclHierarchicalAllreduce::NcclHierarchicalAllreduce(nccl::NcclContext& ctx, cuda::Finalizer& finalizer)
+NcclHierarchicalAllreduce::NcclHierarchicalAllreduce(nccl::NcclContext& ctx,
+                                                     cuda::Finalizer& finalizer)
     : NcclOp(ctx, finalizer), plan_(plan(ctx.mpi().topology())) {
   if (ctx_.mpi().topology().rank == 0 && !plan_.use) HVD_LOG(Debug) << "NCCL: " << plan_.reason;
 }

@@ -48,21 +48,27 @@ struct HierarchicalPlan {
 inline HierarchicalPlan plan_hierarchical(bool requested, int size, int local_size, int cross_size,
                                           bool homogeneous) {
   HierarchicalPlan p;
-  const std::string shape = std::to_string(size) + " ranks, local_size " + std::to_string(local_size) + ", " +
-                            std::to_string(cross_size) + " node(s)";
+  const std::string shape = std::to_string(size) + " ranks, local_size " +
+                            std::to_string(local_size) + ", " + std::to_string(cross_size) +
+                            " node(s)";
   if (!requested) {
     p.reason = "hierarchical allreduce off (HVD_HIERARCHICAL_ALLREDUCE=0)";
   } else if (!homogeneous) {
-    p.reason = "HVD_HIERARCHICAL_ALLREDUCE=1 ignored, using the flat allreduce: the nodes run different numbers of "
-               "ranks (not homogeneous; " + shape + " on this rank's node). Start the same number of ranks on every node "
-               "to use it.";
+    p.reason =
+        "HVD_HIERARCHICAL_ALLREDUCE=1 ignored, using the flat allreduce: the nodes run different "
+        "numbers of "
+        "ranks (not homogeneous; " +
+        shape +
+        " on this rank's node). Start the same number of ranks on every node "
+        "to use it.";
   } else if (cross_size <= 1 || local_size <= 1) {
     p.reason = "HVD_HIERARCHICAL_ALLREDUCE=1 ignored, using the flat allreduce: " + shape +
                (cross_size <= 1 ? "; with one node there is no cross-node step to save."
                                 : "; with one rank per node there is no in-node step to save.");
   } else {
     p.use = true;
-    p.reason = "hierarchical allreduce on: " + std::to_string(cross_size) + " nodes x " + std::to_string(local_size) +
+    p.reason = "hierarchical allreduce on: " + std::to_string(cross_size) + " nodes x " +
+               std::to_string(local_size) +
                " ranks (reduce-scatter in the node, allreduce across nodes, allgather in the node)";
   }
   return p;

@@ -31,8 +31,8 @@ void MpiAllgather::execute(OpBatch& batch) {
   out_shape[0] = total_rows;
   *e.result = Tensor(batch.dtype, out_shape);
   const int me = ctx_.topology().rank;
-  MPI_CHECK(MPI_Allgatherv(e.input.data(), counts[me], MPI_BYTE, e.result->data(), counts.data(), displs.data(),
-                           MPI_BYTE, ctx_.world()));
+  MPI_CHECK(MPI_Allgatherv(e.input.data(), counts[me], MPI_BYTE, e.result->data(), counts.data(),
+                           displs.data(), MPI_BYTE, ctx_.world()));
 }
 
 }  // namespace hvd::ops::mpi

@@ -37,7 +37,8 @@ void allreduce_chunked(const MpiContext& ctx, const void* sendbuf, void* recvbuf
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   for (int64_t done = 0; done < count;) {
     int n = static_cast<int>(std::min(count - done, kMaxMpiCount));
-    const void* s = sendbuf == MPI_IN_PLACE ? MPI_IN_PLACE : static_cast<const char*>(sendbuf) + done * esize;
+    const void* s =
+        sendbuf == MPI_IN_PLACE ? MPI_IN_PLACE : static_cast<const char*>(sendbuf) + done * esize;
     void* r = static_cast<char*>(recvbuf) + done * esize;
     MPI_CHECK(MPI_Allreduce(s, r, n, ctx.datatype(dtype), ctx.op(dtype, op), comm));
     done += n;
@@ -45,7 +46,8 @@ void allreduce_chunked(const MpiContext& ctx, const void* sendbuf, void* recvbuf
 }
 
 namespace {
-constexpr int64_t kCompressedRound = int64_t{1} << 24;  // 16-bit elements per alltoall/allgather round
+constexpr int64_t kCompressedRound = int64_t{1}
+                                     << 24;  // 16-bit elements per alltoall/allgather round
 }  // namespace
 
 CompressedLayout compressed_layout(const OpBatch& batch) {
@@ -58,8 +60,8 @@ CompressedLayout compressed_layout(const OpBatch& batch) {
   return layout;
 }
 
-void pack_compressed(const OpBatch& batch, DataType wire, const CompressedLayout& layout, uint16_t* buf,
-                     double factor) {
+void pack_compressed(const OpBatch& batch, DataType wire, const CompressedLayout& layout,
+                     uint16_t* buf, double factor) {
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     const auto& e = batch.entries[i];
     compress_copy(batch.dtype, wire, e.input.data(), buf + layout.offsets[i],
@@ -67,8 +69,8 @@ void pack_compressed(const OpBatch& batch, DataType wire, const CompressedLayout
   }
 }
 
-void unpack_compressed(OpBatch& batch, DataType wire, const CompressedLayout& layout, const uint16_t* buf,
-                       double factor) {
+void unpack_compressed(OpBatch& batch, DataType wire, const CompressedLayout& layout,
+                       const uint16_t* buf, double factor) {
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     auto& e = batch.entries[i];
     decompress_copy(wire, batch.dtype, buf + layout.offsets[i], e.output.data(),
@@ -88,8 +90,9 @@ void MpiAllreduce::execute_compressed(OpBatch& batch, DataType wire) {
     TraceScope trace(batch, "MEMCPY_IN_FUSION_BUFFER");
     pack_compressed(batch, wire, layout, buf, batch.prescale);
   }
-  const double divide =
-      batch.reduce_op == ReduceOp::kAverage ? 1.0 / (batch.contributors > 0 ? batch.contributors : 1) : 1.0;
+  const double divide = batch.reduce_op == ReduceOp::kAverage
+                            ? 1.0 / (batch.contributors > 0 ? batch.contributors : 1)
+                            : 1.0;
   const MPI_Datatype type = ctx_.datatype(wire);
   const int64_t round = std::max<int64_t>(kCompressedRound / p, 1) * p;
   for (int64_t done = 0; done < n;) {
@@ -100,13 +103,15 @@ void MpiAllreduce::execute_compressed(OpBatch& batch, DataType wire) {
     if (p == 1) {
       reduce_blocks_16(wire, batch.reduce_op, chunk, 1, 0, static_cast<size_t>(len), divide, chunk);
     } else {
-      auto* blocks = static_cast<uint16_t*>(scratch_.get(static_cast<size_t>(block * p) * sizeof(uint16_t)));
-      MPI_CHECK(MPI_Alltoall(chunk, static_cast<int>(block), type, blocks, static_cast<int>(block), type,
-                             ctx_.world()));
-      reduce_blocks_16(wire, batch.reduce_op, blocks, static_cast<size_t>(p), static_cast<size_t>(block),
-                       static_cast<size_t>(block), divide, chunk + me * block);
-      MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, chunk, static_cast<int>(block), type,
-                              ctx_.world()));
+      auto* blocks =
+          static_cast<uint16_t*>(scratch_.get(static_cast<size_t>(block * p) * sizeof(uint16_t)));
+      MPI_CHECK(MPI_Alltoall(chunk, static_cast<int>(block), type, blocks, static_cast<int>(block),
+                             type, ctx_.world()));
+      reduce_blocks_16(wire, batch.reduce_op, blocks, static_cast<size_t>(p),
+                       static_cast<size_t>(block), static_cast<size_t>(block), divide,
+                       chunk + me * block);
+      MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, chunk, static_cast<int>(block),
+                              type, ctx_.world()));
     }
     done += len;
   }
@@ -126,7 +131,8 @@ void MpiAllreduce::execute(OpBatch& batch) {
     if (n == 0) return;
     const void* send = MPI_IN_PLACE;
     if (batch.prescale != 1.0) {
-      scale_copy(batch.dtype, e.input.data(), e.output.data(), static_cast<size_t>(n), batch.prescale);
+      scale_copy(batch.dtype, e.input.data(), e.output.data(), static_cast<size_t>(n),
+                 batch.prescale);
     } else if (e.input.data() != e.output.data()) {
       send = e.input.data();
     }
@@ -143,8 +149,8 @@ void MpiAllreduce::execute(OpBatch& batch) {
     TraceScope trace(batch, "MEMCPY_IN_FUSION_BUFFER");
     for (size_t i = 0; i < batch.entries.size(); ++i) {
       const auto& e = batch.entries[i];
-      scale_copy(batch.dtype, e.input.data(), buf + layout.offsets[i], static_cast<size_t>(e.input.num_elements()),
-                 batch.prescale);
+      scale_copy(batch.dtype, e.input.data(), buf + layout.offsets[i],
+                 static_cast<size_t>(e.input.num_elements()), batch.prescale);
     }
   }
   const int64_t count = layout.total_bytes / static_cast<int64_t>(dtype_size(batch.dtype));
@@ -152,8 +158,8 @@ void MpiAllreduce::execute(OpBatch& batch) {
   TraceScope trace(batch, "MEMCPY_OUT_FUSION_BUFFER");
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     auto& e = batch.entries[i];
-    scale_copy(batch.dtype, buf + layout.offsets[i], e.output.data(), static_cast<size_t>(e.output.num_elements()),
-               post);
+    scale_copy(batch.dtype, buf + layout.offsets[i], e.output.data(),
+               static_cast<size_t>(e.output.num_elements()), post);
   }
 }
 

@@ -15,7 +15,8 @@ void MpiAlltoall::execute(OpBatch& batch) {
   const int64_t row_bytes = row_elems * static_cast<int64_t>(dtype_size(batch.dtype));
   const int size = ctx_.topology().size;
   std::vector<int64_t> recv_rows(size);
-  MPI_CHECK(MPI_Alltoall(e.splits.data(), 1, MPI_INT64_T, recv_rows.data(), 1, MPI_INT64_T, ctx_.world()));
+  MPI_CHECK(MPI_Alltoall(e.splits.data(), 1, MPI_INT64_T, recv_rows.data(), 1, MPI_INT64_T,
+                         ctx_.world()));
   std::vector<int> scounts(size), sdispls(size), rcounts(size), rdispls(size);
   int64_t soff = 0, roff = 0, total_rows = 0;
   auto check = [&](int64_t v) {
@@ -36,8 +37,9 @@ void MpiAlltoall::execute(OpBatch& batch) {
   std::vector<int64_t> out_shape = shape;
   out_shape[0] = total_rows;
   *e.result = Tensor(batch.dtype, out_shape);
-  MPI_CHECK(MPI_Alltoallv(e.input.data(), scounts.data(), sdispls.data(), MPI_BYTE, e.result->data(), rcounts.data(),
-                          rdispls.data(), MPI_BYTE, ctx_.world()));
+  MPI_CHECK(MPI_Alltoallv(e.input.data(), scounts.data(), sdispls.data(), MPI_BYTE,
+                          e.result->data(), rcounts.data(), rdispls.data(), MPI_BYTE,
+                          ctx_.world()));
   if (e.received_splits) *e.received_splits = recv_rows;
 }
 

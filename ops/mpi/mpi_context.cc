@@ -23,20 +23,28 @@ using UserFn = void (*)(void*, void*, int*, MPI_Datatype*);
 template <DataType D>
 UserFn half_fn(int i) {
   switch (i) {
-    case 0: return &half_reduce<D, ReduceOp::kSum>;
-    case 1: return &half_reduce<D, ReduceOp::kMin>;
-    case 2: return &half_reduce<D, ReduceOp::kMax>;
-    default: return &half_reduce<D, ReduceOp::kProduct>;
+    case 0:
+      return &half_reduce<D, ReduceOp::kSum>;
+    case 1:
+      return &half_reduce<D, ReduceOp::kMin>;
+    case 2:
+      return &half_reduce<D, ReduceOp::kMax>;
+    default:
+      return &half_reduce<D, ReduceOp::kProduct>;
   }
 }
 
 int op_index(ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return 0;
-    case ReduceOp::kMin: return 1;
-    case ReduceOp::kMax: return 2;
-    case ReduceOp::kProduct: return 3;
+    case ReduceOp::kSum:
+      return 0;
+    case ReduceOp::kMin:
+      return 1;
+    case ReduceOp::kMax:
+      return 2;
+    case ReduceOp::kProduct:
+      return 3;
   }
   return 0;
 }
@@ -61,8 +69,9 @@ void throw_mpi_error(const char* call, int code, const char* file, int line) {
   for (const char* p = file; *p; ++p)
     if (*p == '/') base = p + 1;
   std::ostringstream s;
-  s << call << " failed on rank " << rank << ": " << msg << " (MPI error " << code << ", " << libs << ", "
-    << base << ":" << line << "). A peer process may have died or the network failed; see the other ranks' logs.";
+  s << call << " failed on rank " << rank << ": " << msg << " (MPI error " << code << ", " << libs
+    << ", " << base << ":" << line
+    << "). A peer process may have died or the network failed; see the other ranks' logs.";
   throw CommunicationError(s.str());
 }
 
@@ -74,7 +83,8 @@ MpiContext::MpiContext(int fake_local_size) {
   if (fake_local_size > 0) {
     MPI_CHECK(MPI_Comm_split(world_, topo_.rank / fake_local_size, topo_.rank, &local_));
   } else {
-    MPI_CHECK(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, topo_.rank, MPI_INFO_NULL, &local_));
+    MPI_CHECK(
+        MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, topo_.rank, MPI_INFO_NULL, &local_));
   }
   MPI_CHECK(MPI_Comm_set_errhandler(local_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(local_, &topo_.local_rank));
@@ -114,46 +124,61 @@ Compression parse_compression(const std::string& value) {
   if (v == "none") return Compression::kNone;
   if (v == "fp16") return Compression::kFp16;
   if (v == "bf16") return Compression::kBf16;
-  throw InvalidArgumentError("HVD_COMPRESSION='" + value + "' is not valid: expected one of none|fp16|bf16.");
+  throw InvalidArgumentError("HVD_COMPRESSION='" + value +
+                             "' is not valid: expected one of none|fp16|bf16.");
 }
 
 const char* compression_name(Compression c) {
   switch (c) {
-    case Compression::kNone: return "none";
-    case Compression::kFp16: return "fp16";
-    case Compression::kBf16: return "bf16";
+    case Compression::kNone:
+      return "none";
+    case Compression::kFp16:
+      return "fp16";
+    case Compression::kBf16:
+      return "bf16";
   }
   return "?";
 }
 
 DataType wire_dtype(Compression c, DataType dtype) {
-  if (c == Compression::kNone || (dtype != DataType::kFloat32 && dtype != DataType::kFloat64)) return dtype;
+  if (c == Compression::kNone || (dtype != DataType::kFloat32 && dtype != DataType::kFloat64))
+    return dtype;
   return c == Compression::kFp16 ? DataType::kFloat16 : DataType::kBFloat16;
 }
 
 void MpiContext::set_compression(Compression c) {
   compression_ = c;
-  if (topo_.rank == 0) HVD_LOG(Debug) << "all-reduce compression (HVD_COMPRESSION): " << compression_name(c);
+  if (topo_.rank == 0)
+    HVD_LOG(Debug) << "all-reduce compression (HVD_COMPRESSION): " << compression_name(c);
 #if HVD_HAVE_NCCL
   if (c == Compression::kBf16 && topo_.rank == 0 && GpuBackend::visible_devices() > 0)
-    HVD_LOG(Warning) << "HVD_COMPRESSION=bf16: CUDA tensors reduced by NCCL are not compressed (the NCCL path "
-                        "implements fp16 only); CPU tensors and host-staged CUDA tensors "
-                        "(HVD_GPU_OPERATIONS=MPI) travel as bf16.";
+    HVD_LOG(Warning)
+        << "HVD_COMPRESSION=bf16: CUDA tensors reduced by NCCL are not compressed (the NCCL path "
+           "implements fp16 only); CPU tensors and host-staged CUDA tensors "
+           "(HVD_GPU_OPERATIONS=MPI) travel as bf16.";
 #endif
 }
 
 MPI_Datatype MpiContext::datatype(DataType dtype) const {
   switch (dtype) {
-    case DataType::kUInt8: return MPI_UINT8_T;
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
     case DataType::kFloat16:
-    case DataType::kBFloat16: return half_type_;
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBFloat16:
+      return half_type_;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
   }
-  throw InvalidArgumentError("no MPI datatype for dtype " + std::to_string(static_cast<int>(dtype)));
+  throw InvalidArgumentError("no MPI datatype for dtype " +
+                             std::to_string(static_cast<int>(dtype)));
 }
 
 MPI_Op MpiContext::op(DataType dtype, ReduceOp op) const {
@@ -161,10 +186,14 @@ MPI_Op MpiContext::op(DataType dtype, ReduceOp op) const {
   if (dtype == DataType::kBFloat16) return half_ops_[1][op_index(op)];
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return MPI_SUM;
-    case ReduceOp::kMin: return MPI_MIN;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kProduct: return MPI_PROD;
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kMin:
+      return MPI_MIN;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+    case ReduceOp::kProduct:
+      return MPI_PROD;
   }
   return MPI_SUM;
 }

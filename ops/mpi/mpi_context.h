@@ -20,10 +20,10 @@ namespace hvd::ops::mpi {
 // Throws CommunicationError naming the call, the rank, MPI's error string and the library.
 [[noreturn]] void throw_mpi_error(const char* call, int code, const char* file, int line);
 
-#define MPI_CHECK(call)                                                      \
-  do {                                                                       \
-    int hvd_mpi_rc_ = (call);                                                \
-    if (hvd_mpi_rc_ != MPI_SUCCESS)                                          \
+#define MPI_CHECK(call)                                                         \
+  do {                                                                          \
+    int hvd_mpi_rc_ = (call);                                                   \
+    if (hvd_mpi_rc_ != MPI_SUCCESS)                                             \
       ::hvd::ops::mpi::throw_mpi_error(#call, hvd_mpi_rc_, __FILE__, __LINE__); \
   } while (0)
 

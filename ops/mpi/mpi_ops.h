@@ -78,10 +78,10 @@ struct CompressedLayout {
   int64_t count = 0;
 };
 CompressedLayout compressed_layout(const OpBatch& batch);
-void pack_compressed(const OpBatch& batch, DataType wire, const CompressedLayout& layout, uint16_t* buf,
-                     double factor);
-void unpack_compressed(OpBatch& batch, DataType wire, const CompressedLayout& layout, const uint16_t* buf,
-                       double factor);
+void pack_compressed(const OpBatch& batch, DataType wire, const CompressedLayout& layout,
+                     uint16_t* buf, double factor);
+void unpack_compressed(OpBatch& batch, DataType wire, const CompressedLayout& layout,
+                       const uint16_t* buf, double factor);
 
 // MPI_Allreduce of `count` elements in chunks of at most kMaxMpiCount; sendbuf may be MPI_IN_PLACE.
 void allreduce_chunked(const MpiContext& ctx, const void* sendbuf, void* recvbuf, int64_t count,

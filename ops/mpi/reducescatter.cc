@@ -23,7 +23,8 @@ void MpiReducescatter::execute(OpBatch& batch) {
     int64_t block = rows / size + (r < rows % size ? 1 : 0);
     int64_t c = block * row_elems;
     if (c > std::numeric_limits<int>::max())
-      throw InvalidArgumentError("reducescatter of '" + e.name + "' failed: a block of " + std::to_string(c) +
+      throw InvalidArgumentError("reducescatter of '" + e.name + "' failed: a block of " +
+                                 std::to_string(c) +
                                  " elements exceeds what one MPI call can move; split the tensor.");
     counts[r] = static_cast<int>(c);
   }
@@ -41,7 +42,8 @@ void MpiReducescatter::execute(OpBatch& batch) {
     MPI_CHECK(MPI_Reduce_scatter(send, e.result->data(), counts.data(), ctx_.datatype(batch.dtype),
                                  ctx_.op(batch.dtype, batch.reduce_op), ctx_.world()));
   }
-  scale_buffer(batch.dtype, e.result->data(), static_cast<size_t>(e.result->num_elements()), post_factor(batch));
+  scale_buffer(batch.dtype, e.result->data(), static_cast<size_t>(e.result->num_elements()),
+               post_factor(batch));
 }
 
 }  // namespace hvd::ops::mpi

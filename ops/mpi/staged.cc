@@ -6,7 +6,8 @@
 
 namespace hvd::ops::mpi {
 
-StagedOp::StagedOp(std::unique_ptr<CollectiveOp> inner, cuda::CudaContext& cuda, cuda::Finalizer& finalizer)
+StagedOp::StagedOp(std::unique_ptr<CollectiveOp> inner, cuda::CudaContext& cuda,
+                   cuda::Finalizer& finalizer)
     : inner_(std::move(inner)), cuda_(cuda), finalizer_(finalizer) {
   std::string n = inner_->name();
   if (n.rfind("mpi_", 0) == 0) n = n.substr(4);
@@ -26,17 +27,18 @@ void StagedOp::execute(OpBatch& batch) {
     for (const TensorRef* r : {&e.input, &e.output}) {
       if (r->device().kind != Device::kCUDA) continue;
       if (r->device().index != cuda_.device())
-        throw InvalidArgumentError(std::string(collective_name(batch.type)) + " of '" + e.name +
-                                   "' failed: the tensor is on " + device_name(r->device()) +
-                                   " but this process uses " + device_name(Device::cuda(cuda_.device())) +
-                                   ". Allocate it on that device.");
+        throw InvalidArgumentError(
+            std::string(collective_name(batch.type)) + " of '" + e.name +
+            "' failed: the tensor is on " + device_name(r->device()) + " but this process uses " +
+            device_name(Device::cuda(cuda_.device())) + ". Allocate it on that device.");
       streams.push_back(r->stream());
     }
     sizes.push_back(t.device().kind == Device::kCUDA ? static_cast<int64_t>(t.size_bytes()) : 0);
   }
   cuda_.wait_for_all(streams);
   const FusionLayout layout = fusion_layout(sizes, 64);
-  char* staging = static_cast<char*>(cuda_.staging().get(static_cast<size_t>(layout.total_bytes > 0 ? layout.total_bytes : 1), s));
+  char* staging = static_cast<char*>(
+      cuda_.staging().get(static_cast<size_t>(layout.total_bytes > 0 ? layout.total_bytes : 1), s));
 
   OpBatch host = batch;
   host.device = Device::cpu();
@@ -46,7 +48,9 @@ void StagedOp::execute(OpBatch& batch) {
     const TensorRef& t = bcast ? e.output : e.input;
     if (t.device().kind != Device::kCUDA) continue;  // a joined rank's host stand-in: used as is
     char* p = staging + layout.offsets[i];
-    if (sizes[i] > 0) CUDA_CHECK(cudaMemcpyAsync(p, t.data(), static_cast<size_t>(sizes[i]), cudaMemcpyDeviceToHost, s));
+    if (sizes[i] > 0)
+      CUDA_CHECK(
+          cudaMemcpyAsync(p, t.data(), static_cast<size_t>(sizes[i]), cudaMemcpyDeviceToHost, s));
     TensorRef view(p, t.dtype(), t.shape());
     // Allreduce runs in place in the staging buffer; the others read the staged input.
     h.input = view;
@@ -58,8 +62,8 @@ void StagedOp::execute(OpBatch& batch) {
     for (size_t i = 0; i < batch.entries.size(); ++i) {
       const TensorRef& out = batch.entries[i].output;
       if (out.device().kind != Device::kCUDA || sizes[i] == 0) continue;
-      CUDA_CHECK(cudaMemcpyAsync(out.data(), staging + layout.offsets[i], static_cast<size_t>(sizes[i]),
-                                 cudaMemcpyHostToDevice, s));
+      CUDA_CHECK(cudaMemcpyAsync(out.data(), staging + layout.offsets[i],
+                                 static_cast<size_t>(sizes[i]), cudaMemcpyHostToDevice, s));
     }
   }
   finalizer_.set_pending(cuda_.record_completion());

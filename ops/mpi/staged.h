@@ -26,7 +26,8 @@ namespace hvd::ops::mpi {
 
 class StagedOp : public CollectiveOp {
  public:
-  StagedOp(std::unique_ptr<CollectiveOp> inner, cuda::CudaContext& cuda, cuda::Finalizer& finalizer);
+  StagedOp(std::unique_ptr<CollectiveOp> inner, cuda::CudaContext& cuda,
+           cuda::Finalizer& finalizer);
   const char* name() const override { return name_.c_str(); }  // "mpi_staged_allreduce"
   CollectiveType type() const override { return inner_->type(); }
   bool enabled(const OpBatch& batch) const override { return batch.device.kind == Device::kCUDA; }

@@ -33,20 +33,23 @@ void NcclAllgather::execute(OpBatch& batch) {
   *e.result = Tensor(batch.dtype, out_shape);
   if (total > 0) {
     const void* in = on_device(e.input, ctx_.cuda().scratch());
-    char* gathered = static_cast<char*>(ctx_.cuda().fusion_buffer().get(static_cast<size_t>(total), s));
+    char* gathered =
+        static_cast<char*>(ctx_.cuda().fusion_buffer().get(static_cast<size_t>(total), s));
     if (equal) {
-      NCCL_CHECK(ncclAllGather(in, gathered, static_cast<size_t>(bytes[0]), ncclUint8, ctx_.world(), s));
+      NCCL_CHECK(
+          ncclAllGather(in, gathered, static_cast<size_t>(bytes[0]), ncclUint8, ctx_.world(), s));
     } else {
       NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < size; ++r) {
         if (bytes[r] == 0) continue;
-        NCCL_CHECK(ncclBroadcast(r == me ? in : nullptr, gathered + displs[r], static_cast<size_t>(bytes[r]),
-                                 ncclUint8, r, ctx_.world(), s));
+        NCCL_CHECK(ncclBroadcast(r == me ? in : nullptr, gathered + displs[r],
+                                 static_cast<size_t>(bytes[r]), ncclUint8, r, ctx_.world(), s));
       }
       NCCL_CHECK(ncclGroupEnd());
     }
     // The result is a host Tensor (pageable): this copy returns when the gather is done.
-    CUDA_CHECK(cudaMemcpyAsync(e.result->data(), gathered, static_cast<size_t>(total), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemcpyAsync(e.result->data(), gathered, static_cast<size_t>(total),
+                               cudaMemcpyDeviceToHost, s));
   }
   end();
 }

@@ -30,8 +30,10 @@ void* pack_fused(NcclContext& ctx, const OpBatch& batch, int parts, int64_t* ele
   std::vector<int64_t> sizes;
   sizes.reserve(batch.entries.size());
   for (const auto& e : batch.entries) sizes.push_back(static_cast<int64_t>(e.input.size_bytes()));
-  const auto d = cuda::device_fusion_layout(sizes, static_cast<int64_t>(dtype_size(batch.dtype)), parts);
-  char* buf = static_cast<char*>(cu.fusion_buffer().get(static_cast<size_t>(std::max<int64_t>(d.bytes, 1)), s));
+  const auto d =
+      cuda::device_fusion_layout(sizes, static_cast<int64_t>(dtype_size(batch.dtype)), parts);
+  char* buf = static_cast<char*>(
+      cu.fusion_buffer().get(static_cast<size_t>(std::max<int64_t>(d.bytes, 1)), s));
   std::vector<cuda::CopyDescriptor> descs;
   int64_t max_bytes = 0;
   for (size_t i = 0; i < batch.entries.size(); ++i) {
@@ -43,7 +45,8 @@ void* pack_fused(NcclContext& ctx, const OpBatch& batch, int parts, int64_t* ele
       descs.push_back({in.data(), dst, bytes});
       max_bytes = std::max(max_bytes, bytes);
     } else {
-      CUDA_CHECK(cudaMemcpyAsync(dst, in.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice, s));
+      CUDA_CHECK(
+          cudaMemcpyAsync(dst, in.data(), static_cast<size_t>(bytes), cudaMemcpyHostToDevice, s));
     }
   }
   if (!descs.empty()) {
@@ -78,7 +81,8 @@ void unpack_fused(NcclContext& ctx, OpBatch& batch, const void* buffer) {
       max_bytes = std::max(max_bytes, bytes);
     } else {
       // A joined rank's stand-in: a pageable destination makes this copy synchronous.
-      CUDA_CHECK(cudaMemcpyAsync(out.data(), src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, s));
+      CUDA_CHECK(
+          cudaMemcpyAsync(out.data(), src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, s));
     }
   }
   if (!descs.empty()) {
@@ -92,11 +96,13 @@ void unpack_fused(NcclContext& ctx, OpBatch& batch, const void* buffer) {
 void NcclAllreduce::execute(OpBatch& batch) {
   begin(batch);
   const double post = post_factor(batch);
-  const bool compress = options_.fp16_compression && batch.dtype == DataType::kFloat32 &&
-                        (batch.reduce_op == ReduceOp::kSum || batch.reduce_op == ReduceOp::kAverage);
+  const bool compress =
+      options_.fp16_compression && batch.dtype == DataType::kFloat32 &&
+      (batch.reduce_op == ReduceOp::kSum || batch.reduce_op == ReduceOp::kAverage);
   bool all_device = true;
   for (const auto& e : batch.entries)
-    all_device = all_device && e.input.device().kind == Device::kCUDA && e.output.device().kind == Device::kCUDA;
+    all_device = all_device && e.input.device().kind == Device::kCUDA &&
+                 e.output.device().kind == Device::kCUDA;
   if (batch.entries.size() == 1 && all_device && !compress) {
     OpEntry& e = batch.entries[0];
     const int64_t n = e.output.num_elements();
@@ -107,8 +113,8 @@ void NcclAllreduce::execute(OpBatch& batch) {
         cuda::scale(batch.dtype, in, out, n, batch.prescale, stream());
         in = out;
       }
-      NCCL_CHECK(ncclAllReduce(in, out, static_cast<size_t>(n), nccl_type(batch.dtype), nccl_op(batch.reduce_op),
-                               ctx_.world(), stream()));
+      NCCL_CHECK(ncclAllReduce(in, out, static_cast<size_t>(n), nccl_type(batch.dtype),
+                               nccl_op(batch.reduce_op), ctx_.world(), stream()));
       cuda::scale(batch.dtype, out, out, n, post, stream());
     }
   } else {
@@ -118,20 +124,23 @@ void NcclAllreduce::execute(OpBatch& batch) {
 }
 
 void NcclAllreduce::execute_fused(OpBatch& batch, double post) {
-  const bool compress = options_.fp16_compression && batch.dtype == DataType::kFloat32 &&
-                        (batch.reduce_op == ReduceOp::kSum || batch.reduce_op == ReduceOp::kAverage);
+  const bool compress =
+      options_.fp16_compression && batch.dtype == DataType::kFloat32 &&
+      (batch.reduce_op == ReduceOp::kSum || batch.reduce_op == ReduceOp::kAverage);
   int64_t n = 0;
   void* buf = pack_fused(ctx_, batch, 1, &n);
   if (n > 0) {
     cuda::scale(batch.dtype, buf, buf, n, batch.prescale, stream());
     if (compress) {
-      auto* half = static_cast<uint16_t*>(ctx_.cuda().scratch().get(static_cast<size_t>(n) * 2, stream()));
+      auto* half =
+          static_cast<uint16_t*>(ctx_.cuda().scratch().get(static_cast<size_t>(n) * 2, stream()));
       cuda::cast_to_half(static_cast<const float*>(buf), half, n, 1.0, stream());
-      NCCL_CHECK(ncclAllReduce(half, half, static_cast<size_t>(n), ncclFloat16, ncclSum, ctx_.world(), stream()));
+      NCCL_CHECK(ncclAllReduce(half, half, static_cast<size_t>(n), ncclFloat16, ncclSum,
+                               ctx_.world(), stream()));
       cuda::cast_from_half(half, static_cast<float*>(buf), n, post, stream());
     } else {
-      NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(n), nccl_type(batch.dtype), nccl_op(batch.reduce_op),
-                               ctx_.world(), stream()));
+      NCCL_CHECK(ncclAllReduce(buf, buf, static_cast<size_t>(n), nccl_type(batch.dtype),
+                               nccl_op(batch.reduce_op), ctx_.world(), stream()));
       cuda::scale(batch.dtype, buf, buf, n, post, stream());
     }
   }

@@ -15,7 +15,8 @@ void NcclAlltoall::execute(OpBatch& batch) {
   const int64_t row_bytes = row_elems * static_cast<int64_t>(dtype_size(batch.dtype));
   const int size = ctx_.mpi().topology().size;
   std::vector<int64_t> recv_rows(static_cast<size_t>(size));
-  MPI_CHECK(MPI_Alltoall(e.splits.data(), 1, MPI_INT64_T, recv_rows.data(), 1, MPI_INT64_T, ctx_.mpi().world()));
+  MPI_CHECK(MPI_Alltoall(e.splits.data(), 1, MPI_INT64_T, recv_rows.data(), 1, MPI_INT64_T,
+                         ctx_.mpi().world()));
   int64_t total_rows = 0, recv_total = 0;
   for (int r = 0; r < size; ++r) {
     total_rows += recv_rows[r];
@@ -25,19 +26,23 @@ void NcclAlltoall::execute(OpBatch& batch) {
   out_shape[0] = total_rows;
   *e.result = Tensor(batch.dtype, out_shape);
   const char* in = static_cast<const char*>(on_device(e.input, ctx_.cuda().scratch()));
-  char* recv = static_cast<char*>(ctx_.cuda().fusion_buffer().get(static_cast<size_t>(recv_total > 0 ? recv_total : 1), s));
+  char* recv = static_cast<char*>(
+      ctx_.cuda().fusion_buffer().get(static_cast<size_t>(recv_total > 0 ? recv_total : 1), s));
   NCCL_CHECK(ncclGroupStart());
   int64_t soff = 0, roff = 0;
   for (int r = 0; r < size; ++r) {
     const int64_t sb = e.splits.at(r) * row_bytes, rb = recv_rows[r] * row_bytes;
-    if (sb > 0) NCCL_CHECK(ncclSend(in + soff, static_cast<size_t>(sb), ncclUint8, r, ctx_.world(), s));
-    if (rb > 0) NCCL_CHECK(ncclRecv(recv + roff, static_cast<size_t>(rb), ncclUint8, r, ctx_.world(), s));
+    if (sb > 0)
+      NCCL_CHECK(ncclSend(in + soff, static_cast<size_t>(sb), ncclUint8, r, ctx_.world(), s));
+    if (rb > 0)
+      NCCL_CHECK(ncclRecv(recv + roff, static_cast<size_t>(rb), ncclUint8, r, ctx_.world(), s));
     soff += sb;
     roff += rb;
   }
   NCCL_CHECK(ncclGroupEnd());
   if (recv_total > 0)
-    CUDA_CHECK(cudaMemcpyAsync(e.result->data(), recv, static_cast<size_t>(recv_total), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemcpyAsync(e.result->data(), recv, static_cast<size_t>(recv_total),
+                               cudaMemcpyDeviceToHost, s));
   if (e.received_splits) *e.received_splits = recv_rows;
   end();
 }

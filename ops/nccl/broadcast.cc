@@ -11,21 +11,23 @@ void NcclBroadcast::execute(OpBatch& batch) {
   bool host = false;
   for (const auto& e : batch.entries) host = host || e.output.device().kind != Device::kCUDA;
   if (host && batch.entries.size() != 1)
-    throw InternalError("broadcast of '" + batch.entries[0].name +
-                        "' failed: a fused broadcast mixes host and device tensors; please report this.");
+    throw InternalError(
+        "broadcast of '" + batch.entries[0].name +
+        "' failed: a fused broadcast mixes host and device tensors; please report this.");
   NCCL_CHECK(ncclGroupStart());
   void* staged = nullptr;
   for (auto& e : batch.entries) {
     const size_t bytes = e.output.size_bytes();
     if (bytes == 0) continue;
     void* p = e.output.data();
-    if (e.output.device().kind != Device::kCUDA) p = staged = const_cast<void*>(on_device(e.output, ctx_.cuda().scratch()));
+    if (e.output.device().kind != Device::kCUDA)
+      p = staged = const_cast<void*>(on_device(e.output, ctx_.cuda().scratch()));
     NCCL_CHECK(ncclBroadcast(p, p, bytes, ncclUint8, batch.root, ctx_.world(), s));
   }
   NCCL_CHECK(ncclGroupEnd());
   if (staged)
-    CUDA_CHECK(cudaMemcpyAsync(batch.entries[0].output.data(), staged, batch.entries[0].output.size_bytes(),
-                               cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaMemcpyAsync(batch.entries[0].output.data(), staged,
+                               batch.entries[0].output.size_bytes(), cudaMemcpyDeviceToHost, s));
   end();
 }
 

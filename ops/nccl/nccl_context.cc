@@ -13,7 +13,8 @@ std::string nccl_version_string() {
   int v = 0;
   if (ncclGetVersion(&v) != ncclSuccess) return "NCCL (unknown version)";
   // Since 2.9 the code is major * 10000 + minor * 100 + patch.
-  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+  return "NCCL " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
 }
 
 void throw_nccl_error(const char* call, ncclResult_t rc, const char* file, int line) {
@@ -30,7 +31,8 @@ void throw_nccl_error(const char* call, ncclResult_t rc, const char* file, int l
   if (last && *last) s << " (" << last << ")";
   s << " (" << nccl_version_string() << ", " << base << ":" << line << ").";
   if (rc == ncclInvalidUsage)
-    s << " Two ranks on one GPU cannot share a NCCL communicator: start one rank per GPU or set HVD_GPU_OPERATIONS=MPI.";
+    s << " Two ranks on one GPU cannot share a NCCL communicator: start one rank per GPU or set "
+         "HVD_GPU_OPERATIONS=MPI.";
   else if (rc == ncclSystemError || rc == ncclRemoteError)
     s << " A peer process may have died or the network failed; NCCL_DEBUG=INFO shows more.";
   throw CommunicationError(s.str());
@@ -38,25 +40,38 @@ void throw_nccl_error(const char* call, ncclResult_t rc, const char* file, int l
 
 ncclDataType_t nccl_type(DataType dtype) {
   switch (dtype) {
-    case DataType::kUInt8: return ncclUint8;
-    case DataType::kInt8: return ncclInt8;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kUInt8:
+      return ncclUint8;
+    case DataType::kInt8:
+      return ncclInt8;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
   }
-  throw InvalidArgumentError("no NCCL datatype for dtype " + std::to_string(static_cast<int>(dtype)));
+  throw InvalidArgumentError("no NCCL datatype for dtype " +
+                             std::to_string(static_cast<int>(dtype)));
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProduct: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
   }
   return ncclSum;
 }
@@ -71,8 +86,8 @@ ncclComm_t NcclContext::get(ncclComm_t& slot, MPI_Comm comm, const char* what) {
   MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
   cuda_.activate();
   NCCL_CHECK(ncclCommInitRank(&slot, size, id, rank));
-  HVD_LOG(Debug) << "NCCL " << what << " communicator: rank " << rank << " of " << size << " on cuda:"
-                 << cuda_.device() << " (" << nccl_version_string() << ")";
+  HVD_LOG(Debug) << "NCCL " << what << " communicator: rank " << rank << " of " << size
+                 << " on cuda:" << cuda_.device() << " (" << nccl_version_string() << ")";
   return slot;
 }
 
@@ -97,10 +112,11 @@ void NcclOp::begin(const OpBatch& batch) {
     for (const TensorRef* t : {&e.input, &e.output}) {
       if (t->device().kind != Device::kCUDA) continue;
       if (t->device().index != cu.device())
-        throw InvalidArgumentError(std::string(collective_name(batch.type)) + " of '" + e.name +
-                                   "' failed: the tensor is on " + device_name(t->device()) +
-                                   " but this process uses " + device_name(Device::cuda(cu.device())) +
-                                   " (local rank modulo the visible devices). Allocate it on that device.");
+        throw InvalidArgumentError(
+            std::string(collective_name(batch.type)) + " of '" + e.name +
+            "' failed: the tensor is on " + device_name(t->device()) + " but this process uses " +
+            device_name(Device::cuda(cu.device())) +
+            " (local rank modulo the visible devices). Allocate it on that device.");
       streams.push_back(t->stream());
     }
   }

@@ -27,10 +27,10 @@ namespace hvd::ops::nccl {
 // message, the NCCL version, and the file and line.
 [[noreturn]] void throw_nccl_error(const char* call, ncclResult_t rc, const char* file, int line);
 
-#define NCCL_CHECK(call)                                                          \
-  do {                                                                            \
-    ncclResult_t hvd_nccl_rc_ = (call);                                           \
-    if (hvd_nccl_rc_ != ncclSuccess)                                              \
+#define NCCL_CHECK(call)                                                           \
+  do {                                                                             \
+    ncclResult_t hvd_nccl_rc_ = (call);                                            \
+    if (hvd_nccl_rc_ != ncclSuccess)                                               \
       ::hvd::ops::nccl::throw_nccl_error(#call, hvd_nccl_rc_, __FILE__, __LINE__); \
   } while (0)
 

@@ -40,17 +40,19 @@ void NcclReducescatter::execute(OpBatch& batch) {
       cuda::scale(batch.dtype, send, tmp, n, batch.prescale, s);  // in place when send is scratch
       send = static_cast<const char*>(tmp);
     }
-    char* block = static_cast<char*>(cu.fusion_buffer().get(static_cast<size_t>(std::max<int64_t>(counts[me], 1) * esize), s));
+    char* block = static_cast<char*>(
+        cu.fusion_buffer().get(static_cast<size_t>(std::max<int64_t>(counts[me], 1) * esize), s));
     const ncclDataType_t t = nccl_type(batch.dtype);
     const ncclRedOp_t op = nccl_op(batch.reduce_op);
     if (equal) {
-      NCCL_CHECK(ncclReduceScatter(send, block, static_cast<size_t>(counts[0]), t, op, ctx_.world(), s));
+      NCCL_CHECK(
+          ncclReduceScatter(send, block, static_cast<size_t>(counts[0]), t, op, ctx_.world(), s));
     } else {
       NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < size; ++r) {
         if (counts[r] == 0) continue;
-        NCCL_CHECK(ncclReduce(send + offsets[r] * esize, r == me ? block : nullptr, static_cast<size_t>(counts[r]), t,
-                              op, r, ctx_.world(), s));
+        NCCL_CHECK(ncclReduce(send + offsets[r] * esize, r == me ? block : nullptr,
+                              static_cast<size_t>(counts[r]), t, op, r, ctx_.world(), s));
       }
       NCCL_CHECK(ncclGroupEnd());
     }

@@ -27,9 +27,13 @@ constexpr std::string_view kTempPrefix = ".ckpt-";
 constexpr std::string_view kTempSuffix = ".safetensors.tmp";
 constexpr std::size_t kChunk = 4 << 20;
 
-std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
+std::string errno_text(int err) {
+  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
+}
 
-[[noreturn]] void fail_errno(const std::string& what, int err) { throw Error(what + ": " + errno_text(err)); }
+[[noreturn]] void fail_errno(const std::string& what, int err) {
+  throw Error(what + ": " + errno_text(err));
+}
 
 // Closes a file descriptor on scope exit unless released.
 class Fd {
@@ -69,7 +73,9 @@ void pread_all(int fd, void* data, std::size_t size, uint64_t offset, const std:
       if (errno == EINTR) continue;
       fail_errno("cannot read '" + path + "'", errno);
     }
-    if (n == 0) throw Error("unexpected end of file reading '" + path + "' at byte " + std::to_string(offset));
+    if (n == 0)
+      throw Error("unexpected end of file reading '" + path + "' at byte " +
+                  std::to_string(offset));
     p += n;
     size -= static_cast<std::size_t>(n);
     offset += static_cast<uint64_t>(n);
@@ -79,13 +85,15 @@ void pread_all(int fd, void* data, std::size_t size, uint64_t offset, const std:
 void fsync_directory(const std::string& dir) {
   Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() < 0) fail_errno("cannot open checkpoint directory '" + dir + "' to fsync it", errno);
-  if (::fsync(fd.get()) != 0) fail_errno("fsync of checkpoint directory '" + dir + "' failed", errno);
+  if (::fsync(fd.get()) != 0)
+    fail_errno("fsync of checkpoint directory '" + dir + "' failed", errno);
 }
 
 void make_directories(const std::string& dir) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    throw Error("checkpoint directory '" + dir + "' exists but is not a directory; pass a directory path");
+    throw Error("checkpoint directory '" + dir +
+                "' exists but is not a directory; pass a directory path");
   fs::create_directories(dir, ec);
   if (ec)
     throw Error("cannot create checkpoint directory '" + dir + "': " + ec.message() +
@@ -131,7 +139,8 @@ std::string checkpoint_file_name(int64_t step) {
 
 std::optional<int64_t> parse_checkpoint_file_name(std::string_view name) {
   if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return std::nullopt;
-  std::string_view digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  std::string_view digits =
+      name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
   if (digits.empty() || digits.size() > 19) return std::nullopt;
   int64_t v = 0;
   for (char c : digits) {
@@ -160,7 +169,8 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
   return out;
 }
 
-std::string write_checkpoint_file(const std::string& dir, int64_t step, const std::vector<TensorBytes>& tensors,
+std::string write_checkpoint_file(const std::string& dir, int64_t step,
+                                  const std::vector<TensorBytes>& tensors,
                                   std::map<std::string, std::string> metadata) {
   auto entries = plan_layout(tensors);
   metadata[kChecksumAlgorithmKey] = kChecksumAlgorithm;
@@ -180,7 +190,8 @@ std::string write_checkpoint_file(const std::string& dir, int64_t step, const st
     for (std::size_t i = 0; i < tensors.size(); ++i)
       if (entries[i].size()) write_all(fd.get(), tensors[i].data, entries[i].size(), tmp);
     if (::fsync(fd.get()) != 0) fail_errno("fsync of checkpoint file '" + tmp + "' failed", errno);
-    if (::close(fd.release()) != 0) fail_errno("close of checkpoint file '" + tmp + "' failed", errno);
+    if (::close(fd.release()) != 0)
+      fail_errno("close of checkpoint file '" + tmp + "' failed", errno);
     if (::rename(tmp.c_str(), path.c_str()) != 0)
       fail_errno("cannot rename '" + tmp + "' to '" + path + "'", errno);
   } catch (...) {
@@ -198,9 +209,12 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last
   for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
     std::string name = it->path().filename().string();
     if (is_temp_file_name(name) && ::unlink(join(dir, name).c_str()) != 0)
-      warnings.push_back("cannot delete stale temporary file '" + join(dir, name) + "': " + errno_text(errno));
+      warnings.push_back("cannot delete stale temporary file '" + join(dir, name) +
+                         "': " + errno_text(errno));
   }
-  if (ec) warnings.push_back("cannot list '" + dir + "' to delete stale temporary files: " + ec.message());
+  if (ec)
+    warnings.push_back("cannot list '" + dir +
+                       "' to delete stale temporary files: " + ec.message());
   if (keep_last <= 0) return warnings;
   std::vector<CheckpointFile> files;
   try {
@@ -236,7 +250,8 @@ SafetensorsHeader read_verified_header(const std::string& path) {
     throw Error("truncated safetensors file: " + std::to_string(file_size) +
                 " bytes, fewer than the 8-byte header length");
   pread_all(fd.get(), first, 8, 0, path);
-  const uint64_t n = read_header_length(std::string_view(first, 8), file_size);  // bounded: <= kMaxHeaderBytes
+  const uint64_t n =
+      read_header_length(std::string_view(first, 8), file_size);  // bounded: <= kMaxHeaderBytes
   std::string prefix(8 + n, '\0');
   std::memcpy(prefix.data(), first, 8);
   pread_all(fd.get(), prefix.data() + 8, n, 8, path);
@@ -245,7 +260,8 @@ SafetensorsHeader read_verified_header(const std::string& path) {
   Xxh64 hash = begin_checksum(header.tensors, header.metadata);
   std::vector<char> buf(std::min<uint64_t>(kChunk, std::max<uint64_t>(header.data_size, 1)));
   for (uint64_t off = 0; off < header.data_size;) {
-    std::size_t len = static_cast<std::size_t>(std::min<uint64_t>(buf.size(), header.data_size - off));
+    std::size_t len =
+        static_cast<std::size_t>(std::min<uint64_t>(buf.size(), header.data_size - off));
     pread_all(fd.get(), buf.data(), len, header.data_offset + off, path);
     hash.update(buf.data(), len);
     off += len;
@@ -263,18 +279,20 @@ void check_tensors_match(const std::string& path, const SafetensorsHeader& heade
       for (std::size_t i = 0; i < header.tensors.size() && i < 20; ++i)
         names += (i ? ", '" : "'") + header.tensors[i].name + "'";
       if (header.tensors.size() > 20) names += ", ...";
-      throw InvalidArgumentError("checkpoint '" + path + "' has no tensor '" + t.name + "' (it holds " +
-                                 std::to_string(header.tensors.size()) + " tensors: " + names +
+      throw InvalidArgumentError("checkpoint '" + path + "' has no tensor '" + t.name +
+                                 "' (it holds " + std::to_string(header.tensors.size()) +
+                                 " tensors: " + names +
                                  "); restore with the tensor names it was saved with");
     }
     if (e->dtype != t.dtype || e->shape != t.shape)
-      throw InvalidArgumentError("checkpoint '" + path + "' holds tensor '" + t.name + "' as " + describe(*e) +
-                                 " but the caller passed " + describe(t) +
+      throw InvalidArgumentError("checkpoint '" + path + "' holds tensor '" + t.name + "' as " +
+                                 describe(*e) + " but the caller passed " + describe(t) +
                                  "; restore into tensors of the saved dtype and shape");
   }
 }
 
-void load_tensors(const std::string& path, const SafetensorsHeader& header, const std::vector<TensorBytes>& targets) {
+void load_tensors(const std::string& path, const SafetensorsHeader& header,
+                  const std::vector<TensorBytes>& targets) {
   check_tensors_match(path, header, targets);
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) fail_errno("cannot open '" + path + "'", errno);
@@ -295,7 +313,8 @@ void load_tensors(const std::string& path, const SafetensorsHeader& header, cons
     }
     scratch.resize(std::min<uint64_t>(kChunk, e.size()));
     for (uint64_t off = 0; off < e.size();) {
-      std::size_t len = static_cast<std::size_t>(std::min<uint64_t>(scratch.size(), e.size() - off));
+      std::size_t len =
+          static_cast<std::size_t>(std::min<uint64_t>(scratch.size(), e.size() - off));
       pread_all(fd.get(), scratch.data(), len, header.data_offset + e.begin + off, path);
       hash.update(scratch.data(), len);
       off += len;

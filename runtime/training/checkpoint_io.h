@@ -42,7 +42,8 @@ std::vector<CheckpointFile> list_checkpoints(const std::string& dir);
 // hvd::InvalidArgumentError for bad tensors and hvd::Error naming the path, the call and errno's
 // text for a file system failure; a failed write leaves no temporary file behind when it can.
 // Returns the path written.
-std::string write_checkpoint_file(const std::string& dir, int64_t step, const std::vector<TensorBytes>& tensors,
+std::string write_checkpoint_file(const std::string& dir, int64_t step,
+                                  const std::vector<TensorBytes>& tensors,
                                   std::map<std::string, std::string> metadata);
 
 // Deletes the oldest checkpoints so that keep_last remain (keep_last <= 0 keeps all), never the
@@ -58,7 +59,8 @@ SafetensorsHeader read_verified_header(const std::string& path);
 // memory, re-hashing the whole file as it goes so that what lands in memory is exactly what was
 // verified. Every target must be in the header with the same dtype and shape (check_tensors_match).
 // Throws hvd::Error on a read failure or if the file changed since it was verified.
-void load_tensors(const std::string& path, const SafetensorsHeader& header, const std::vector<TensorBytes>& targets);
+void load_tensors(const std::string& path, const SafetensorsHeader& header,
+                  const std::vector<TensorBytes>& targets);
 
 // Throws hvd::InvalidArgumentError when a target is missing from the header or has another dtype or
 // shape there; tensors in the file that no target names are allowed.

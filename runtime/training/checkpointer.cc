@@ -40,7 +40,8 @@ struct Status {
   std::string payload;  // the error message, or the encoded metadata of a restored checkpoint
 };
 
-const char* const kReservedKeys[] = {"step", "format", training::kChecksumKey, training::kChecksumAlgorithmKey};
+const char* const kReservedKeys[] = {"step", "format", training::kChecksumKey,
+                                     training::kChecksumAlgorithmKey};
 
 // Broadcasts rank 0's status; returns it on every rank.
 Status broadcast_status(const Status& mine, const std::string& op) {
@@ -73,12 +74,14 @@ Status run_on_root(const std::string& what, F&& f) {
   }
 }
 
-std::vector<TensorBytes> to_bytes(const std::vector<NamedTensor>& tensors, const std::string& what) {
+std::vector<TensorBytes> to_bytes(const std::vector<NamedTensor>& tensors,
+                                  const std::string& what) {
   std::vector<TensorBytes> out;
   out.reserve(tensors.size());
   for (const auto& t : tensors) {
     if (t.tensor.device().kind != Device::kCPU)
-      throw InvalidArgumentError(what + ": tensor '" + t.name + "' is on " + device_name(t.tensor.device()) +
+      throw InvalidArgumentError(what + ": tensor '" + t.name + "' is on " +
+                                 device_name(t.tensor.device()) +
                                  "; checkpoints take CPU tensors, copy it to host memory first");
     out.push_back({t.name, t.tensor.dtype(), t.tensor.shape(), t.tensor.data()});
   }
@@ -107,10 +110,12 @@ std::map<std::string, std::string> decode_metadata(const std::string& bytes) {
   std::size_t pos = 0;
   auto get = [&](std::string& s) {
     uint64_t n;
-    if (bytes.size() - pos < 8) throw InternalError("Checkpointer: malformed metadata broadcast from rank 0");
+    if (bytes.size() - pos < 8)
+      throw InternalError("Checkpointer: malformed metadata broadcast from rank 0");
     std::memcpy(&n, bytes.data() + pos, 8);
     pos += 8;
-    if (bytes.size() - pos < n) throw InternalError("Checkpointer: malformed metadata broadcast from rank 0");
+    if (bytes.size() - pos < n)
+      throw InternalError("Checkpointer: malformed metadata broadcast from rank 0");
     s.assign(bytes.data() + pos, n);
     pos += n;
   };
@@ -141,8 +146,11 @@ void warn(const std::string& text) { std::fprintf(stderr, "hvd: warning: %s\n", 
 
 }  // namespace
 
-Checkpointer::Checkpointer(std::string dir, int keep_last) : dir_(std::move(dir)), keep_last_(keep_last) {
-  if (dir_.empty()) throw InvalidArgumentError("Checkpointer: the directory is empty; pass the directory to write to");
+Checkpointer::Checkpointer(std::string dir, int keep_last)
+    : dir_(std::move(dir)), keep_last_(keep_last) {
+  if (dir_.empty())
+    throw InvalidArgumentError(
+        "Checkpointer: the directory is empty; pass the directory to write to");
   if (keep_last_ < 0)
     throw InvalidArgumentError("Checkpointer: keep_last is " + std::to_string(keep_last_) +
                                "; pass a positive count of checkpoints to keep, or 0 to keep all");
@@ -154,22 +162,25 @@ std::string Checkpointer::path_for(int64_t step) const {
 
 void Checkpointer::save(int64_t step, const std::vector<NamedTensor>& tensors,
                         const std::map<std::string, std::string>& metadata) {
-  const std::string what = "Checkpointer::save(step " + std::to_string(step) + ") to '" + dir_ + "'";
+  const std::string what =
+      "Checkpointer::save(step " + std::to_string(step) + ") to '" + dir_ + "'";
   Status mine;
   if (rank() == 0) {
     mine = run_on_root(what, [&]() -> Status {
       if (step < 0) throw InvalidArgumentError("the step is negative; pass a step >= 0");
       for (const char* key : kReservedKeys)
         if (metadata.count(key))
-          throw InvalidArgumentError(std::string("metadata key '") + key +
-                                     "' is reserved (hvd writes step, format, checksum, checksum_algorithm); "
-                                     "rename it");
+          throw InvalidArgumentError(
+              std::string("metadata key '") + key +
+              "' is reserved (hvd writes step, format, checksum, checksum_algorithm); "
+              "rename it");
       auto bytes = to_bytes(tensors, "save");
       auto md = metadata;
       md["step"] = std::to_string(step);
       md["format"] = "hvd";
       training::write_checkpoint_file(dir_, step, bytes, std::move(md));
-      for (const auto& w : training::prune_checkpoints(dir_, keep_last_, step)) warn(what + ": " + w);
+      for (const auto& w : training::prune_checkpoints(dir_, keep_last_, step))
+        warn(what + ": " + w);
       return {};
     });
   }
@@ -192,13 +203,16 @@ std::optional<int64_t> Checkpointer::restore_latest(const std::vector<NamedTenso
   const int64_t sig = signature(tensors);
   std::vector<int64_t> check = {local_error.empty() ? 0 : me + 1, sig, -sig};
   allreduce(check, "hvd.checkpoint.restore.check", ReduceOp::kMax);
-  if (!local_error.empty()) throw InvalidArgumentError(what + " on rank " + std::to_string(me) + ": " + local_error);
+  if (!local_error.empty())
+    throw InvalidArgumentError(what + " on rank " + std::to_string(me) + ": " + local_error);
   if (check[0] != 0)
     throw InvalidArgumentError(what + ": rank " + std::to_string(check[0] - 1) +
                                " passed invalid tensors (its own error says which)");
   if (check[1] != -check[2])
-    throw InvalidArgumentError(what + ": ranks passed different tensor lists (names, dtypes or shapes differ); "
-                               "pass the same tensors on every rank");
+    throw InvalidArgumentError(
+        what +
+        ": ranks passed different tensor lists (names, dtypes or shapes differ); "
+        "pass the same tensors on every rank");
 
   // 2. Rank 0 finds the newest good checkpoint and loads it.
   Status mine;
@@ -214,13 +228,16 @@ std::optional<int64_t> Checkpointer::restore_latest(const std::vector<NamedTenso
             throw Error("__metadata__ has no \"format\": \"hvd\"");
           if (step == header.metadata.end() || step->second != std::to_string(file.step))
             throw Error("__metadata__ step " +
-                        (step == header.metadata.end() ? std::string("is missing") : "'" + step->second + "'") +
+                        (step == header.metadata.end() ? std::string("is missing")
+                                                       : "'" + step->second + "'") +
                         " does not match the file name's step " + std::to_string(file.step));
         } catch (const Error& e) {
-          warn(what + ": skipping '" + file.path + "': " + e.what() + "; trying an older checkpoint");
+          warn(what + ": skipping '" + file.path + "': " + e.what() +
+               "; trying an older checkpoint");
           continue;
         }
-        training::load_tensors(file.path, header, targets);  // a mismatch throws InvalidArgumentError
+        training::load_tensors(file.path, header,
+                               targets);  // a mismatch throws InvalidArgumentError
         return {kOk, file.step, encode_metadata(header.metadata)};
       }
       return {kNone, 0, {}};
@@ -237,7 +254,8 @@ std::optional<int64_t> Checkpointer::restore_latest(const std::vector<NamedTenso
   std::vector<Handle> handles;
   for (const auto& t : tensors) {
     const auto& shape = t.tensor.shape();
-    if (std::find(shape.begin(), shape.end(), 0) != shape.end()) continue;  // no elements: nothing to send
+    if (std::find(shape.begin(), shape.end(), 0) != shape.end())
+      continue;  // no elements: nothing to send
     handles.push_back(broadcast_async(t.tensor, 0, "hvd.checkpoint.restore/" + t.name));
   }
   std::exception_ptr first;

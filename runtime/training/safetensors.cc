@@ -23,8 +23,9 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {DataType::kUInt8, "U8", 1},    {DataType::kInt8, "I8", 1},   {DataType::kInt32, "I32", 4},
-    {DataType::kInt64, "I64", 8},   {DataType::kFloat16, "F16", 2}, {DataType::kBFloat16, "BF16", 2},
+    {DataType::kUInt8, "U8", 1},    {DataType::kInt8, "I8", 1},
+    {DataType::kInt32, "I32", 4},   {DataType::kInt64, "I64", 8},
+    {DataType::kFloat16, "F16", 2}, {DataType::kBFloat16, "BF16", 2},
     {DataType::kFloat32, "F32", 4}, {DataType::kFloat64, "F64", 8},
 };
 
@@ -49,7 +50,8 @@ std::optional<uint64_t> byte_size(DataType dtype, const std::vector<int64_t>& sh
   uint64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) return std::nullopt;
-    if (d != 0 && n > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d)) return std::nullopt;
+    if (d != 0 && n > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d))
+      return std::nullopt;
     n *= static_cast<uint64_t>(d);
   }
   uint64_t b = element_bytes(dtype);
@@ -107,11 +109,21 @@ void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -136,17 +148,22 @@ bool valid_utf8(std::string_view s) {
     }
     int len;
     uint32_t cp;
-    if ((c & 0xE0) == 0xC0) len = 2, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) len = 3, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) len = 4, cp = c & 0x07;
-    else return false;
+    if ((c & 0xE0) == 0xC0)
+      len = 2, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0)
+      len = 3, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0)
+      len = 4, cp = c & 0x07;
+    else
+      return false;
     if (i + len > s.size()) return false;
     for (int k = 1; k < len; ++k) {
       auto cc = static_cast<unsigned char>(s[i + k]);
       if ((cc & 0xC0) != 0x80) return false;
       cp = (cp << 6) | (cc & 0x3F);
     }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return false;
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000))
+      return false;
     if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
     i += len;
   }
@@ -179,11 +196,13 @@ class JsonReader {
   explicit JsonReader(std::string_view s) : s_(s) {}
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw Error("malformed safetensors header at byte " + std::to_string(pos_) + " of the JSON: " + what);
+    throw Error("malformed safetensors header at byte " + std::to_string(pos_) +
+                " of the JSON: " + what);
   }
 
   void skip_ws() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
+    while (pos_ < s_.size() &&
+           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
       ++pos_;
   }
   bool at_end() {
@@ -229,7 +248,8 @@ class JsonReader {
 
   std::string string(const char* context) {
     skip_ws();
-    if (pos_ >= s_.size() || s_[pos_] != '"') fail(std::string("expected a string ") + context + ", found " + found());
+    if (pos_ >= s_.size() || s_[pos_] != '"')
+      fail(std::string("expected a string ") + context + ", found " + found());
     ++pos_;
     std::string out;
     while (true) {
@@ -247,14 +267,30 @@ class JsonReader {
       if (pos_ >= s_.size()) fail("unterminated escape");
       char e = s_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t cp = hex4();
           if (cp >= 0xDC00 && cp <= 0xDFFF) fail("lone low surrogate in a \\u escape");
@@ -303,10 +339,14 @@ class JsonReader {
     for (int i = 0; i < 4; ++i) {
       char c = s_[pos_];
       uint32_t d;
-      if (c >= '0' && c <= '9') d = c - '0';
-      else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-      else fail("invalid hex digit in a \\u escape: " + found());
+      if (c >= '0' && c <= '9')
+        d = c - '0';
+      else if (c >= 'a' && c <= 'f')
+        d = c - 'a' + 10;
+      else if (c >= 'A' && c <= 'F')
+        d = c - 'A' + 10;
+      else
+        fail("invalid hex digit in a \\u escape: " + found());
       v = v * 16 + d;
       ++pos_;
     }
@@ -332,7 +372,9 @@ SafetensorsEntry parse_entry(JsonReader& json, std::string name) {
         have_dtype = true;
         std::string d = json.string(("as the dtype " + ctx).c_str());
         auto dt = parse_safetensors_dtype(d);
-        if (!dt) json.fail("unknown dtype '" + d + "' " + ctx + " (hvd reads U8, I8, I32, I64, F16, BF16, F32, F64)");
+        if (!dt)
+          json.fail("unknown dtype '" + d + "' " + ctx +
+                    " (hvd reads U8, I8, I32, I64, F16, BF16, F32, F64)");
         e.dtype = *dt;
       } else if (key == "shape") {
         if (have_shape) json.fail("duplicate key 'shape' " + ctx);
@@ -361,7 +403,9 @@ SafetensorsEntry parse_entry(JsonReader& json, std::string name) {
   }
   if (!have_dtype || !have_shape || !have_offsets)
     json.fail("tensor '" + e.name + "' lacks " +
-              (!have_dtype ? "dtype" : !have_shape ? "shape" : "data_offsets"));
+              (!have_dtype   ? "dtype"
+               : !have_shape ? "shape"
+                             : "data_offsets"));
   return e;
 }
 
@@ -371,7 +415,8 @@ void parse_metadata(JsonReader& json, std::map<std::string, std::string>& out) {
   do {
     std::string key = json.string("as a __metadata__ key");
     json.expect(':', "after a __metadata__ key");
-    std::string value = json.string(("as the value of __metadata__ '" + key + "' (values are strings)").c_str());
+    std::string value =
+        json.string(("as the value of __metadata__ '" + key + "' (values are strings)").c_str());
     if (!out.emplace(std::move(key), std::move(value)).second)
       json.fail("duplicate __metadata__ key");
   } while (json.next('}', "in __metadata__"));
@@ -393,7 +438,8 @@ std::size_t element_bytes(DataType dtype) { return info(dtype).bytes; }
 
 // ---- XXH64 -----------------------------------------------------------------------------------------
 
-Xxh64::Xxh64(uint64_t seed) : v_{seed + kP1 + kP2, seed + kP2, seed, seed - kP1}, buffer_{}, seed_(seed) {}
+Xxh64::Xxh64(uint64_t seed)
+    : v_{seed + kP1 + kP2, seed + kP2, seed, seed - kP1}, buffer_{}, seed_(seed) {}
 
 void Xxh64::update(const void* data, std::size_t size) {
   auto p = static_cast<const unsigned char*>(data);
@@ -474,18 +520,23 @@ std::vector<SafetensorsEntry> plan_layout(const std::vector<TensorBytes>& tensor
   std::set<std::string_view> names;
   uint64_t offset = 0;
   for (const auto& t : tensors) {
-    if (t.name.empty()) throw InvalidArgumentError("safetensors: a tensor has an empty name; give every tensor a unique name");
+    if (t.name.empty())
+      throw InvalidArgumentError(
+          "safetensors: a tensor has an empty name; give every tensor a unique name");
     if (t.name == "__metadata__")
-      throw InvalidArgumentError("safetensors: '__metadata__' is reserved and cannot name a tensor");
+      throw InvalidArgumentError(
+          "safetensors: '__metadata__' is reserved and cannot name a tensor");
     if (!names.insert(t.name).second)
-      throw InvalidArgumentError("safetensors: tensor name '" + t.name + "' appears twice; names must be unique");
+      throw InvalidArgumentError("safetensors: tensor name '" + t.name +
+                                 "' appears twice; names must be unique");
     auto bytes = byte_size(t.dtype, t.shape);
     if (!bytes)
-      throw InvalidArgumentError("safetensors: tensor '" + t.name + "' has shape " + shape_text(t.shape) +
+      throw InvalidArgumentError("safetensors: tensor '" + t.name + "' has shape " +
+                                 shape_text(t.shape) +
                                  ", which has a negative dimension or too many elements");
     if (*bytes > 0 && t.data == nullptr)
-      throw InvalidArgumentError("safetensors: tensor '" + t.name + "' has " + std::to_string(*bytes) +
-                                 " bytes but a null data pointer");
+      throw InvalidArgumentError("safetensors: tensor '" + t.name + "' has " +
+                                 std::to_string(*bytes) + " bytes but a null data pointer");
     if (offset > std::numeric_limits<uint64_t>::max() - *bytes)
       throw InvalidArgumentError("safetensors: the tensors' total size overflows 64 bits");
     out.push_back({t.name, t.dtype, t.shape, offset, offset + *bytes});
@@ -501,8 +552,9 @@ Xxh64 begin_checksum(const std::vector<SafetensorsEntry>& entries,
   feed("hvd-safetensors-checksum-v1\n");
   std::vector<const SafetensorsEntry*> order;
   for (const auto& e : entries) order.push_back(&e);
-  std::sort(order.begin(), order.end(),
-            [](const SafetensorsEntry* a, const SafetensorsEntry* b) { return data_order(*a, *b); });
+  std::sort(order.begin(), order.end(), [](const SafetensorsEntry* a, const SafetensorsEntry* b) {
+    return data_order(*a, *b);
+  });
   for (const auto* e : order) {
     std::string line = "t " + std::to_string(e->name.size()) + ":" + e->name + " " +
                        safetensors_dtype_name(e->dtype) + " " + shape_text(e->shape) + " " +
@@ -511,7 +563,8 @@ Xxh64 begin_checksum(const std::vector<SafetensorsEntry>& entries,
   }
   for (const auto& [k, v] : metadata) {
     if (k == kChecksumKey) continue;
-    std::string line = "m " + std::to_string(k.size()) + ":" + k + " " + std::to_string(v.size()) + ":" + v + "\n";
+    std::string line =
+        "m " + std::to_string(k.size()) + ":" + k + " " + std::to_string(v.size()) + ":" + v + "\n";
     feed(line);
   }
   return h;
@@ -543,14 +596,15 @@ std::string encode_header(const std::vector<SafetensorsEntry>& entries,
     append_json_string(json, e.name);
     json += ":{\"dtype\":\"";
     json += safetensors_dtype_name(e.dtype);
-    json += "\",\"shape\":" + shape_text(e.shape) + ",\"data_offsets\":[" + std::to_string(e.begin) + "," +
-            std::to_string(e.end) + "]}";
+    json += "\",\"shape\":" + shape_text(e.shape) + ",\"data_offsets\":[" +
+            std::to_string(e.begin) + "," + std::to_string(e.end) + "]}";
   }
   json += '}';
   while ((8 + json.size()) % 8 != 0) json += ' ';
   if (json.size() > kMaxHeaderBytes)
     throw InvalidArgumentError("safetensors: the header would be " + std::to_string(json.size()) +
-                               " bytes, more than the format's limit of " + std::to_string(kMaxHeaderBytes) +
+                               " bytes, more than the format's limit of " +
+                               std::to_string(kMaxHeaderBytes) +
                                "; save fewer tensors or less metadata per file");
   std::string out(8, '\0');
   uint64_t n = json.size();
@@ -582,7 +636,8 @@ uint64_t read_header_length(std::string_view first_bytes, uint64_t file_size) {
     throw Error("safetensors header length " + std::to_string(n) + " exceeds the limit of " +
                 std::to_string(kMaxHeaderBytes) + " bytes");
   if (n > file_size - 8)
-    throw Error("safetensors header length " + std::to_string(n) + " exceeds the " + std::to_string(file_size - 8) +
+    throw Error("safetensors header length " + std::to_string(n) + " exceeds the " +
+                std::to_string(file_size - 8) +
                 " bytes that follow it in the file (truncated file?)");
   return n;
 }
@@ -590,8 +645,8 @@ uint64_t read_header_length(std::string_view first_bytes, uint64_t file_size) {
 SafetensorsHeader parse_header(std::string_view prefix, uint64_t file_size) {
   const uint64_t n = read_header_length(prefix, file_size);
   if (prefix.size() < 8 + n)
-    throw Error("safetensors header: " + std::to_string(prefix.size()) + " bytes given, the header needs " +
-                std::to_string(8 + n));
+    throw Error("safetensors header: " + std::to_string(prefix.size()) +
+                " bytes given, the header needs " + std::to_string(8 + n));
   std::string_view text = prefix.substr(8, n);
   if (text.empty() || text[0] != '{') throw Error("safetensors header does not start with '{'");
   if (!valid_utf8(text)) throw Error("safetensors header is not valid UTF-8");
@@ -624,41 +679,46 @@ SafetensorsHeader parse_header(std::string_view prefix, uint64_t file_size) {
   for (const auto& e : h.tensors) {
     auto bytes = byte_size(e.dtype, e.shape);
     if (!bytes)
-      throw Error("safetensors tensor '" + e.name + "': shape " + shape_text(e.shape) + " has too many elements");
+      throw Error("safetensors tensor '" + e.name + "': shape " + shape_text(e.shape) +
+                  " has too many elements");
     if (e.end < e.begin)
-      throw Error("safetensors tensor '" + e.name + "': data_offsets [" + std::to_string(e.begin) + "," +
-                  std::to_string(e.end) + "] end before they begin");
+      throw Error("safetensors tensor '" + e.name + "': data_offsets [" + std::to_string(e.begin) +
+                  "," + std::to_string(e.end) + "] end before they begin");
     if (e.end - e.begin != *bytes)
-      throw Error("safetensors tensor '" + e.name + "': data_offsets [" + std::to_string(e.begin) + "," +
-                  std::to_string(e.end) + "] span " + std::to_string(e.end - e.begin) + " bytes, but " +
-                  safetensors_dtype_name(e.dtype) + " " + shape_text(e.shape) + " needs " + std::to_string(*bytes));
+      throw Error("safetensors tensor '" + e.name + "': data_offsets [" + std::to_string(e.begin) +
+                  "," + std::to_string(e.end) + "] span " + std::to_string(e.end - e.begin) +
+                  " bytes, but " + safetensors_dtype_name(e.dtype) + " " + shape_text(e.shape) +
+                  " needs " + std::to_string(*bytes));
   }
   std::sort(h.tensors.begin(), h.tensors.end(), data_order);
   uint64_t expected = 0;
   for (const auto& e : h.tensors) {
     if (e.begin != expected)
-      throw Error("safetensors tensor '" + e.name + "': data_offsets [" + std::to_string(e.begin) + "," +
-                  std::to_string(e.end) + "] " + (e.begin < expected ? "overlap the previous tensor" : "leave a gap") +
+      throw Error("safetensors tensor '" + e.name + "': data_offsets [" + std::to_string(e.begin) +
+                  "," + std::to_string(e.end) + "] " +
+                  (e.begin < expected ? "overlap the previous tensor" : "leave a gap") +
                   " (expected it to begin at " + std::to_string(expected) + ")");
     expected = e.end;
   }
   if (expected != h.data_size)
-    throw Error("safetensors data section is " + std::to_string(h.data_size) + " bytes but the tensors cover " +
-                std::to_string(expected) + (expected > h.data_size ? " (truncated file?)" : " (trailing bytes)"));
+    throw Error("safetensors data section is " + std::to_string(h.data_size) +
+                " bytes but the tensors cover " + std::to_string(expected) +
+                (expected > h.data_size ? " (truncated file?)" : " (trailing bytes)"));
   return h;
 }
 
 void verify_checksum(const SafetensorsHeader& header, uint64_t actual_digest) {
   auto alg = header.metadata.find(kChecksumAlgorithmKey);
   if (alg == header.metadata.end() || alg->second != kChecksumAlgorithm)
-    throw Error(std::string("safetensors __metadata__ has no ") + kChecksumAlgorithmKey + " '" + kChecksumAlgorithm +
-                "'" + (alg == header.metadata.end() ? "" : " (found '" + alg->second + "')"));
+    throw Error(std::string("safetensors __metadata__ has no ") + kChecksumAlgorithmKey + " '" +
+                kChecksumAlgorithm + "'" +
+                (alg == header.metadata.end() ? "" : " (found '" + alg->second + "')"));
   auto it = header.metadata.find(kChecksumKey);
   if (it == header.metadata.end()) throw Error("safetensors __metadata__ has no checksum");
   std::string actual = format_checksum(actual_digest);
   if (it->second != actual)
-    throw Error("checksum mismatch: the header records " + it->second + " but the contents hash to " + actual +
-                " (the file is corrupted or torn)");
+    throw Error("checksum mismatch: the header records " + it->second +
+                " but the contents hash to " + actual + " (the file is corrupted or torn)");
 }
 
 SafetensorsHeader parse_and_verify(std::string_view file) {

@@ -90,10 +90,10 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-  std::vector<SafetensorsEntry> tensors;      // in data order: by begin, then end, then name
+  std::vector<SafetensorsEntry> tensors;        // in data order: by begin, then end, then name
   std::map<std::string, std::string> metadata;  // __metadata__, empty when absent
-  uint64_t data_offset = 0;                   // file offset of the data section: 8 + N
-  uint64_t data_size = 0;                     // file size - data_offset
+  uint64_t data_offset = 0;                     // file offset of the data section: 8 + N
+  uint64_t data_size = 0;                       // file size - data_offset
 
   // The entry of that name, or nullptr.
   const SafetensorsEntry* find(std::string_view name) const;

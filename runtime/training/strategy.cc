@@ -26,19 +26,21 @@ uint64_t splitmix64(uint64_t& state) {
 
 std::vector<int64_t> Shard::batch(int64_t step) const {
   if (step < 0 || step >= steps)
-    throw InvalidArgumentError("Shard::batch(" + std::to_string(step) + "): the epoch has " + std::to_string(steps) +
-                               " steps (0.." + std::to_string(steps - 1) + ").");
+    throw InvalidArgumentError("Shard::batch(" + std::to_string(step) + "): the epoch has " +
+                               std::to_string(steps) + " steps (0.." + std::to_string(steps - 1) +
+                               ").");
   auto first = indices.begin() + step * batch_per_replica;
   return std::vector<int64_t>(first, first + batch_per_replica);
 }
 
 Strategy::Strategy(const StrategyOptions& options) : options_(options) {
   if (options_.accumulation_steps < 1)
-    throw InvalidArgumentError("StrategyOptions::accumulation_steps is " + std::to_string(options_.accumulation_steps) +
+    throw InvalidArgumentError("StrategyOptions::accumulation_steps is " +
+                               std::to_string(options_.accumulation_steps) +
                                ": it must be 1 (no accumulation) or more.");
   if (options_.warmup_steps < 0)
-    throw InvalidArgumentError("StrategyOptions::warmup_steps is " + std::to_string(options_.warmup_steps) +
-                               ": it must be 0 or more.");
+    throw InvalidArgumentError("StrategyOptions::warmup_steps is " +
+                               std::to_string(options_.warmup_steps) + ": it must be 0 or more.");
   (void)hvd::size();  // throws the usual error before init()
 }
 
@@ -48,14 +50,15 @@ int Strategy::replica_id() const { return hvd::rank(); }
 void Strategy::broadcast_parameters(const std::vector<NamedTensor>& tensors, int root) {
   std::vector<Handle> handles;
   handles.reserve(tensors.size());
-  for (const auto& t : tensors) handles.push_back(broadcast_async(t.tensor, root, "bcast." + t.name));
+  for (const auto& t : tensors)
+    handles.push_back(broadcast_async(t.tensor, root, "bcast." + t.name));
   for (auto& h : handles) h.wait();
 }
 
 Shard Strategy::shard(int64_t dataset_size, int64_t batch_per_replica, int64_t epoch) const {
   if (batch_per_replica <= 0)
-    throw InvalidArgumentError("shard(): batch_per_replica is " + std::to_string(batch_per_replica) +
-                               ": it must be at least 1.");
+    throw InvalidArgumentError("shard(): batch_per_replica is " +
+                               std::to_string(batch_per_replica) + ": it must be at least 1.");
   if (dataset_size < 0) throw InvalidArgumentError("shard(): dataset_size is negative.");
   const int replicas = num_replicas_in_sync();
   const int64_t global = batch_per_replica * replicas;
@@ -72,7 +75,8 @@ Shard Strategy::shard(int64_t dataset_size, int64_t batch_per_replica, int64_t e
   s.indices.reserve(static_cast<size_t>(s.steps * batch_per_replica));
   const int64_t offset = static_cast<int64_t>(replica_id()) * batch_per_replica;
   for (int64_t step = 0; step < s.steps; ++step)
-    for (int64_t i = 0; i < batch_per_replica; ++i) s.indices.push_back(order[step * global + offset + i]);
+    for (int64_t i = 0; i < batch_per_replica; ++i)
+      s.indices.push_back(order[step * global + offset + i]);
   return s;
 }
 
@@ -90,17 +94,19 @@ bool Strategy::communicating_step() const {
 
 void Strategy::begin_step() {
   if (!pending_.empty())
-    throw InvalidArgumentError("begin_step() called while gradients of the previous step are still in flight: call "
-                               "synchronize_gradients() once per step, after the backward pass.");
+    throw InvalidArgumentError(
+        "begin_step() called while gradients of the previous step are still in flight: call "
+        "synchronize_gradients() once per step, after the backward pass.");
 }
 
 void Strategy::gradient_ready(const std::string& name, TensorRef grad) {
   const int k = options_.accumulation_steps;
   if (k > 1) {
     if (grad.device().kind != Device::kCPU)
-      throw InvalidArgumentError("gradient accumulation (accumulation_steps = " + std::to_string(k) +
-                                 ") is implemented for CPU gradients only; '" + name + "' is on " +
-                                 device_name(grad.device()) + ". Use accumulation_steps = 1 on GPUs.");
+      throw InvalidArgumentError(
+          "gradient accumulation (accumulation_steps = " + std::to_string(k) +
+          ") is implemented for CPU gradients only; '" + name + "' is on " +
+          device_name(grad.device()) + ". Use accumulation_steps = 1 on GPUs.");
     auto& acc = accumulators_[name];
     const size_t bytes = grad.size_bytes();
     const size_t n = static_cast<size_t>(grad.num_elements());
@@ -109,7 +115,8 @@ void Strategy::gradient_ready(const std::string& name, TensorRef grad) {
     if (!communicating_step()) return;
     std::memcpy(grad.data(), acc.data(), bytes);
     std::fill(acc.begin(), acc.end(), std::byte{0});
-    pending_.push_back(allreduce_async(grad, grad, "grad." + name, ReduceOp::kAverage, 1.0 / k, 1.0));
+    pending_.push_back(
+        allreduce_async(grad, grad, "grad." + name, ReduceOp::kAverage, 1.0 / k, 1.0));
     return;
   }
   pending_.push_back(allreduce_async(grad, grad, "grad." + name, ReduceOp::kAverage));
@@ -135,17 +142,20 @@ bool Strategy::synchronize_gradients() {
 
 MirroredStrategy::MirroredStrategy(const StrategyOptions& options) : Strategy(options) {
   if (hvd::cross_size() > 1)
-    throw InvalidArgumentError("MirroredStrategy needs every replica on one node, but the " + std::to_string(hvd::size()) +
-                               " ranks span " + std::to_string(hvd::cross_size()) +
+    throw InvalidArgumentError("MirroredStrategy needs every replica on one node, but the " +
+                               std::to_string(hvd::size()) + " ranks span " +
+                               std::to_string(hvd::cross_size()) +
                                " nodes: use hvd::MultiWorkerMirroredStrategy for several nodes.");
 }
 
-MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const StrategyOptions& options) : Strategy(options) {
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const StrategyOptions& options)
+    : Strategy(options) {
   Config config = load_config(process_env_lookup());
   hierarchical_ = config.hierarchical_allreduce && hvd::cross_size() > 1 && hvd::is_homogeneous();
   if (config.hierarchical_allreduce && !hierarchical_ && hvd::rank() == 0)
     HVD_LOG(Info) << "MultiWorkerMirroredStrategy: hierarchical all-reduce not used ("
-                  << (hvd::cross_size() <= 1 ? "one node" : "nodes have different numbers of ranks") << ").";
+                  << (hvd::cross_size() <= 1 ? "one node" : "nodes have different numbers of ranks")
+                  << ").";
 }
 
 }  // namespace hvd

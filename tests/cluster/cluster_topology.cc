@@ -47,10 +47,11 @@ int main(int argc, char** argv) {
   int len = 0;
   MPI_Get_processor_name(name, &len);
   std::vector<char> all(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
-                MPI_COMM_WORLD);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, MPI_COMM_WORLD);
   std::vector<std::string> host(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r) host[r] = std::string(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+  for (int r = 0; r < size; ++r)
+    host[r] = std::string(&all[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
 
   // Nodes in order of their first rank, and each rank's local rank.
   std::vector<std::string> nodes;
@@ -77,12 +78,15 @@ int main(int argc, char** argv) {
 
   std::string problems;
   auto check = [&](const char* what, long got, long want) {
-    if (got != want) problems += std::string(" ") + what + "=" + std::to_string(got) + " (want " + std::to_string(want) + ")";
+    if (got != want)
+      problems += std::string(" ") + what + "=" + std::to_string(got) + " (want " +
+                  std::to_string(want) + ")";
   };
   const std::vector<int> want_sizes = parse_sizes(argv[1]);
   if (node_size != want_sizes) {
     std::string got;
-    for (size_t i = 0; i < node_size.size(); ++i) got += (i ? "," : "") + std::to_string(node_size[i]);
+    for (size_t i = 0; i < node_size.size(); ++i)
+      got += (i ? "," : "") + std::to_string(node_size[i]);
     problems += " the ranks landed on nodes of sizes " + got + ", not " + argv[1] + " (check -H)";
   }
   check("local_rank", hvd::local_rank(), local_rank_of[rank]);
@@ -93,10 +97,12 @@ int main(int argc, char** argv) {
 
   std::vector<int64_t> sum{rank};
   hvd::allreduce(sum, "cluster_topology.sum", hvd::ReduceOp::kSum);
-  check("allreduce sum of ranks", static_cast<long>(sum[0]), static_cast<long>(size) * (size - 1) / 2);
+  check("allreduce sum of ranks", static_cast<long>(sum[0]),
+        static_cast<long>(size) * (size - 1) / 2);
 
-  std::printf("rank %d on %s: local %d/%d cross %d/%d %s%s%s\n", rank, name, hvd::local_rank(), hvd::local_size(),
-              hvd::cross_rank(), hvd::cross_size(), hvd::is_homogeneous() ? "homogeneous" : "not homogeneous",
+  std::printf("rank %d on %s: local %d/%d cross %d/%d %s%s%s\n", rank, name, hvd::local_rank(),
+              hvd::local_size(), hvd::cross_rank(), hvd::cross_size(),
+              hvd::is_homogeneous() ? "homogeneous" : "not homogeneous",
               problems.empty() ? ": OK" : ": WRONG:", problems.c_str());
   std::fflush(stdout);
   int bad = problems.empty() ? 0 : 1, any_bad = 0;

@@ -26,7 +26,8 @@ static int parse_long(const char* flag, const char* text, long min, long* out) {
   char* end = NULL;
   const long v = text ? strtol(text, &end, 10) : 0;
   if (!text || *text == '\0' || *end != '\0' || v < min) {
-    fprintf(stderr, "pingpong: %s needs a whole number >= %ld, got '%s'\n", flag, min, text ? text : "");
+    fprintf(stderr, "pingpong: %s needs a whole number >= %ld, got '%s'\n", flag, min,
+            text ? text : "");
     return 0;
   }
   *out = v;
@@ -41,9 +42,12 @@ int main(int argc, char** argv) {
   long iters = 1000, max_bytes = 16L << 20;
   for (int i = 1; i < argc; ++i) {
     int ok = 0;
-    if (strcmp(argv[i], "--iters") == 0) ok = parse_long("--iters", i + 1 < argc ? argv[++i] : NULL, 1, &iters);
-    else if (strcmp(argv[i], "--max-bytes") == 0) ok = parse_long("--max-bytes", i + 1 < argc ? argv[++i] : NULL, 65536, &max_bytes);
-    else if (rank == 0) fprintf(stderr, "pingpong: unknown argument '%s' (--iters N, --max-bytes B)\n", argv[i]);
+    if (strcmp(argv[i], "--iters") == 0)
+      ok = parse_long("--iters", i + 1 < argc ? argv[++i] : NULL, 1, &iters);
+    else if (strcmp(argv[i], "--max-bytes") == 0)
+      ok = parse_long("--max-bytes", i + 1 < argc ? argv[++i] : NULL, 65536, &max_bytes);
+    else if (rank == 0)
+      fprintf(stderr, "pingpong: unknown argument '%s' (--iters N, --max-bytes B)\n", argv[i]);
     if (!ok) {
       MPI_Finalize();
       return 2;
@@ -71,7 +75,8 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
   const long lat_sizes[] = {0, 8, 64, 1024, 4096};
-  if (rank == 0) printf("# latency: half round trip, median of %ld\n#  bytes   latency(us)\n", iters);
+  if (rank == 0)
+    printf("# latency: half round trip, median of %ld\n#  bytes   latency(us)\n", iters);
   for (size_t s = 0; s < sizeof lat_sizes / sizeof lat_sizes[0]; ++s) {
     const int n = (int)lat_sizes[s];
     const long warm = iters / 10 + 1;
@@ -82,7 +87,8 @@ int main(int argc, char** argv) {
         MPI_Send(buf, n, MPI_CHAR, 1, 1, MPI_COMM_WORLD);
         MPI_Recv(buf, n, MPI_CHAR, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         const double t = MPI_Wtime() - t0;
-        if (n && (buf[0] != (char)((it + 1) & 0x7f) || buf[n - 1] != (char)((it + 1) & 0x7f))) ++wrong;
+        if (n && (buf[0] != (char)((it + 1) & 0x7f) || buf[n - 1] != (char)((it + 1) & 0x7f)))
+          ++wrong;
         if (it >= 0) samples[it] = t / 2;
       } else {
         MPI_Recv(buf, n, MPI_CHAR, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -96,7 +102,9 @@ int main(int argc, char** argv) {
       printf("%8d %13.2f\n", n, samples[iters / 2] * 1e6);
     }
   }
-  if (rank == 0) printf("# bandwidth: window of %d messages, best of 5\n#    bytes     GB/s   Gbit/s\n", kWindow);
+  if (rank == 0)
+    printf("# bandwidth: window of %d messages, best of 5\n#    bytes     GB/s   Gbit/s\n",
+           kWindow);
   for (long n = 65536; n <= max_bytes; n *= 4) {
     double best = 1e30;
     for (int rep = -1; rep < 5 && rank < 2; ++rep) {

@@ -71,15 +71,32 @@ int64_t accepted_bytes(const TensorRef& t) {
   bool empty = false;
   for (int64_t x : t.shape()) {
     if (x < 0) return -1;
-    if (x == 0) empty = true;
-    else if (__builtin_mul_overflow(bound, x, &bound)) return -1;
+    if (x == 0)
+      empty = true;
+    else if (__builtin_mul_overflow(bound, x, &bound))
+      return -1;
   }
   return empty ? 0 : bound;
 }
 
 int64_t pick_dim(FuzzedDataProvider& in) {
-  static const int64_t kDims[] = {0, 1, 2, 3, 4, 5, 7, 8, 16, -1, -7, INT64_MIN, INT64_MAX, int64_t{1} << 31,
-                                  int64_t{1} << 40, int64_t{1} << 62, 4096};
+  static const int64_t kDims[] = {0,
+                                  1,
+                                  2,
+                                  3,
+                                  4,
+                                  5,
+                                  7,
+                                  8,
+                                  16,
+                                  -1,
+                                  -7,
+                                  INT64_MIN,
+                                  INT64_MAX,
+                                  int64_t{1} << 31,
+                                  int64_t{1} << 40,
+                                  int64_t{1} << 62,
+                                  4096};
   if (in.ConsumeBool()) return kDims[in.ConsumeIntegralInRange<size_t>(0, std::size(kDims) - 1)];
   return in.ConsumeIntegral<int64_t>();
 }
@@ -90,40 +107,66 @@ TensorRef pick_tensor(FuzzedDataProvider& in) {
   Device device;
   // (Device::Kind has two values: any other is undefined behaviour in the caller, not tried here.)
   switch (in.ConsumeIntegralInRange<int>(0, 7)) {
-    case 5: device = Device::cuda(in.ConsumeIntegralInRange<int>(-2, 3)); break;
-    case 6: device = Device::cuda(in.ConsumeIntegral<int>()); break;
-    default: break;  // mostly CPU
+    case 5:
+      device = Device::cuda(in.ConsumeIntegralInRange<int>(-2, 3));
+      break;
+    case 6:
+      device = Device::cuda(in.ConsumeIntegral<int>());
+      break;
+    default:
+      break;  // mostly CPU
   }
   std::vector<int64_t> shape(in.ConsumeIntegralInRange<size_t>(0, 4));
-  for (auto& d : shape) d = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 9) : pick_dim(in);
+  for (auto& d : shape)
+    d = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 9) : pick_dim(in);
   const size_t offset = in.ConsumeIntegralInRange<size_t>(0, 64) * (in.ConsumeBool() ? 1 : 4);
   void* p = in.ConsumeIntegralInRange<int>(0, 5) == 0 ? nullptr : g_arena + offset;
   TensorRef probe(p, dtype, shape, device);
   const int64_t bytes = accepted_bytes(probe);
   // A shape the API accepts with more bytes than the arena holds from `offset`: pass no pointer.
-  if (p != nullptr && bytes >= 0 && static_cast<uint64_t>(bytes) > kArenaBytes - offset) p = nullptr;
+  if (p != nullptr && bytes >= 0 && static_cast<uint64_t>(bytes) > kArenaBytes - offset)
+    p = nullptr;
   return TensorRef(p, dtype, std::move(shape), device);
 }
 
 std::string pick_name(FuzzedDataProvider& in) {
   switch (in.ConsumeIntegralInRange<int>(0, 11)) {
-    case 0: return "";
-    case 1: return std::string(hvd::kMaxNameBytes, 'n');
-    case 2: return std::string(hvd::kMaxNameBytes + 1, 'n');
-    case 3: return std::string("a\0b", 3);
-    case 4: return "__hvd.barrier";
-    case 5: return "__hvd.join";
-    case 6: return "__hvd.shutdown";
-    case 7: return in.ConsumeRandomLengthString(1100);
-    default: return std::string(1, static_cast<char>('a' + in.ConsumeIntegralInRange<int>(0, 3)));  // collide often
+    case 0:
+      return "";
+    case 1:
+      return std::string(hvd::kMaxNameBytes, 'n');
+    case 2:
+      return std::string(hvd::kMaxNameBytes + 1, 'n');
+    case 3:
+      return std::string("a\0b", 3);
+    case 4:
+      return "__hvd.barrier";
+    case 5:
+      return "__hvd.join";
+    case 6:
+      return "__hvd.shutdown";
+    case 7:
+      return in.ConsumeRandomLengthString(1100);
+    default:
+      return std::string(
+          1, static_cast<char>('a' + in.ConsumeIntegralInRange<int>(0, 3)));  // collide often
   }
 }
 
-ReduceOp pick_op(FuzzedDataProvider& in) { return static_cast<ReduceOp>(in.ConsumeIntegralInRange<int>(-1, 6)); }
+ReduceOp pick_op(FuzzedDataProvider& in) {
+  return static_cast<ReduceOp>(in.ConsumeIntegralInRange<int>(-1, 6));
+}
 
 double pick_scale(FuzzedDataProvider& in) {
-  static const double kScales[] = {1.0, 0.5, 2.0, 0.0, -1.0, 1e308, 1e-320,
-                                   std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(),
+  static const double kScales[] = {1.0,
+                                   0.5,
+                                   2.0,
+                                   0.0,
+                                   -1.0,
+                                   1e308,
+                                   1e-320,
+                                   std::numeric_limits<double>::quiet_NaN(),
+                                   std::numeric_limits<double>::infinity(),
                                    -std::numeric_limits<double>::infinity()};
   if (in.ConsumeIntegralInRange<int>(0, 3) != 0) return 1.0;
   return kScales[in.ConsumeIntegralInRange<size_t>(0, std::size(kScales) - 1)];
@@ -131,17 +174,22 @@ double pick_scale(FuzzedDataProvider& in) {
 
 int pick_root(FuzzedDataProvider& in) {
   switch (in.ConsumeIntegralInRange<int>(0, 5)) {
-    case 0: return 1;
-    case 1: return -1;
-    case 2: return in.ConsumeIntegral<int>();
-    default: return 0;
+    case 0:
+      return 1;
+    case 1:
+      return -1;
+    case 2:
+      return in.ConsumeIntegral<int>();
+    default:
+      return 0;
   }
 }
 
 std::vector<int64_t> pick_splits(FuzzedDataProvider& in, const TensorRef& t) {
   std::vector<int64_t> s;
   switch (in.ConsumeIntegralInRange<int>(0, 3)) {
-    case 0: return s;  // equal parts
+    case 0:
+      return s;  // equal parts
     case 1:
       if (!t.shape().empty()) s.push_back(t.shape()[0]);  // the right splits for one rank
       return s;
@@ -178,8 +226,10 @@ std::string message_kind(const std::string& m) {
   std::string out;
   for (char c : m) {
     const bool digit = c >= '0' && c <= '9';
-    if (!digit) out += c;
-    else if (out.empty() || out.back() != '#') out += '#';
+    if (!digit)
+      out += c;
+    else if (out.empty() || out.back() != '#')
+      out += '#';
   }
   return out;
 }
@@ -187,7 +237,8 @@ std::string message_kind(const std::string& m) {
 void check_error(const hvd::Error& e, const std::string& name) {
   const std::string m = e.what();
   HVD_FUZZ_CHECK(!m.empty(), "hvd::Error with an empty message");
-  HVD_FUZZ_CHECK(dynamic_cast<const hvd::CommunicationError*>(&e) == nullptr, "CommunicationError on one rank: " + m);
+  HVD_FUZZ_CHECK(dynamic_cast<const hvd::CommunicationError*>(&e) == nullptr,
+                 "CommunicationError on one rank: " + m);
   HVD_FUZZ_CHECK(dynamic_cast<const hvd::InternalError*>(&e) == nullptr, "InternalError: " + m);
   const std::string canonical = without_name(m, name);
   HVD_FUZZ_CHECK(hvdtest::repeated_prefix(canonical).empty(), "a repeated prefix: " + m);
@@ -206,7 +257,8 @@ bool tracing() {
 
 std::string describe(const TensorRef& t) {
   return std::to_string(static_cast<int>(t.dtype())) + ":" + hvd::shape_string(t.shape()) + "@" +
-         (t.data() ? "+" + std::to_string(static_cast<const unsigned char*>(t.data()) - g_arena) : "null") +
+         (t.data() ? "+" + std::to_string(static_cast<const unsigned char*>(t.data()) - g_arena)
+                   : "null") +
          (t.device().kind == Device::kCUDA ? " cuda:" + std::to_string(t.device().index) : "");
 }
 
@@ -251,8 +303,8 @@ void one_call(FuzzedDataProvider& in, std::vector<InFlight>& flying) {
   // The output: the input itself (in place), or another tensor (possibly overlapping it).
   TensorRef b = in.ConsumeBool() ? a : pick_tensor(in);
   if (tracing())
-    std::fprintf(stderr, "call %d name '%s' (%zu bytes) a=%s b=%s\n", which, name.substr(0, 40).c_str(), name.size(),
-                 describe(a).c_str(), describe(b).c_str());
+    std::fprintf(stderr, "call %d name '%s' (%zu bytes) a=%s b=%s\n", which,
+                 name.substr(0, 40).c_str(), name.size(), describe(a).c_str(), describe(b).c_str());
   auto launch = [&](auto make) {
     attempt(name, [&] {
       hvd::Handle h = make();
@@ -266,17 +318,21 @@ void one_call(FuzzedDataProvider& in, std::vector<InFlight>& flying) {
   };
   switch (which) {
     case 0:
-      launch([&] { return hvd::allreduce_async(a, b, name, pick_op(in), pick_scale(in), pick_scale(in)); });
+      launch([&] {
+        return hvd::allreduce_async(a, b, name, pick_op(in), pick_scale(in), pick_scale(in));
+      });
       break;
     case 1: {
       std::vector<TensorRef> ins(in.ConsumeIntegralInRange<size_t>(0, 4)), outs;
       for (auto& t : ins) t = pick_tensor(in);
       const int mode = in.ConsumeIntegralInRange<int>(0, 3);
-      if (mode == 0) outs = ins;  // in place
+      if (mode == 0)
+        outs = ins;  // in place
       else if (mode == 1)
         for (const auto& t : ins) outs.push_back(in.ConsumeBool() ? t : pick_tensor(in));
       else
-        for (size_t k = in.ConsumeIntegralInRange<size_t>(0, 4); k > 0; --k) outs.push_back(pick_tensor(in));
+        for (size_t k = in.ConsumeIntegralInRange<size_t>(0, 4); k > 0; --k)
+          outs.push_back(pick_tensor(in));
       if (tracing()) {
         for (const auto& t : ins) std::fprintf(stderr, "  in  %s\n", describe(t).c_str());
         for (const auto& t : outs) std::fprintf(stderr, "  out %s\n", describe(t).c_str());
@@ -284,10 +340,18 @@ void one_call(FuzzedDataProvider& in, std::vector<InFlight>& flying) {
       launch([&] { return hvd::grouped_allreduce_async(ins, outs, name, pick_op(in)); });
       break;
     }
-    case 2: launch([&] { return hvd::allgather_async(a, name); }); break;
-    case 3: launch([&] { return hvd::broadcast_async(a, pick_root(in), name); }); break;
-    case 4: launch([&] { return hvd::alltoall_async(a, pick_splits(in, a), name); }); break;
-    case 5: launch([&] { return hvd::reducescatter_async(a, name, pick_op(in)); }); break;
+    case 2:
+      launch([&] { return hvd::allgather_async(a, name); });
+      break;
+    case 3:
+      launch([&] { return hvd::broadcast_async(a, pick_root(in), name); });
+      break;
+    case 4:
+      launch([&] { return hvd::alltoall_async(a, pick_splits(in, a), name); });
+      break;
+    case 5:
+      launch([&] { return hvd::reducescatter_async(a, name, pick_op(in)); });
+      break;
     case 6: {
       std::vector<float> v = vector_like<float>(a);
       launch([&] { return hvd::allreduce_async(std::span<float>(v), name, pick_op(in)); });
@@ -320,8 +384,12 @@ void one_call(FuzzedDataProvider& in, std::vector<InFlight>& flying) {
       attempt(name, [&] { (void)hvd::reducescatter(v, name, pick_op(in)); });
       break;
     }
-    case 12: attempt("barrier", [] { hvd::barrier(); }); break;
-    default: attempt("join", [] { HVD_FUZZ_CHECK(hvd::join() == 0, "join() on one rank returns 0"); }); break;
+    case 12:
+      attempt("barrier", [] { hvd::barrier(); });
+      break;
+    default:
+      attempt("join", [] { HVD_FUZZ_CHECK(hvd::join() == 0, "join() on one rank returns 0"); });
+      break;
   }
 }
 
@@ -331,7 +399,8 @@ void expect_usable() {
   try {
     hvd::allreduce(v, "fuzz.check", ReduceOp::kSum);
   } catch (const std::exception& e) {
-    hvd::fuzz::fail(__FILE__, __LINE__, std::string("the runtime is not usable after this input: ") + e.what());
+    hvd::fuzz::fail(__FILE__, __LINE__,
+                    std::string("the runtime is not usable after this input: ") + e.what());
   }
   HVD_FUZZ_CHECK((v == std::vector<int32_t>{1, 2, 3}), "a one-rank sum changed the values");
 }

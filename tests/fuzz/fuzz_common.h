@@ -34,8 +34,9 @@ void guarded(F&& body) {
   } catch (const hvd::Error& e) {
     if (std::strlen(e.what()) == 0) fail(__FILE__, __LINE__, "hvd::Error with an empty message");
   } catch (const std::exception& e) {
-    fail(__FILE__, __LINE__,
-         std::string("unexpected exception ") + typeid(e).name() + " (not hvd::Error): " + e.what());
+    fail(
+        __FILE__, __LINE__,
+        std::string("unexpected exception ") + typeid(e).name() + " (not hvd::Error): " + e.what());
   } catch (...) {
     fail(__FILE__, __LINE__, "unexpected exception of a type not derived from std::exception");
   }
@@ -44,7 +45,7 @@ void guarded(F&& body) {
 }  // namespace hvd::fuzz
 
 // A property the parser's result must have; aborts with the condition and a message when not.
-#define HVD_FUZZ_CHECK(cond, msg)                                                  \
-  do {                                                                             \
+#define HVD_FUZZ_CHECK(cond, msg)                                                          \
+  do {                                                                                     \
     if (!(cond)) ::hvd::fuzz::fail(__FILE__, __LINE__, std::string(#cond) + ": " + (msg)); \
   } while (0)

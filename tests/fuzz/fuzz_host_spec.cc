@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       HVD_FUZZ_CHECK(seen.insert(h.host).second, "duplicate host '" + h.host + "' accepted");
     }
     const std::string spec = hvd::cluster::format_host_spec(hosts);
-    HVD_FUZZ_CHECK(hvd::cluster::parse_host_spec(spec) == hosts, "'" + spec + "' parses differently");
+    HVD_FUZZ_CHECK(hvd::cluster::parse_host_spec(spec) == hosts,
+                   "'" + spec + "' parses differently");
   });
   return 0;
 }

@@ -22,13 +22,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     long long sum = 0;
     for (const auto& h : hosts) {
       HVD_FUZZ_CHECK(!h.host.empty(), "empty host");
-      HVD_FUZZ_CHECK(h.host.find_first_of(" \t\r\n#=") == std::string::npos, "host '" + h.host + "'");
+      HVD_FUZZ_CHECK(h.host.find_first_of(" \t\r\n#=") == std::string::npos,
+                     "host '" + h.host + "'");
       HVD_FUZZ_CHECK(h.slots >= 1 && h.slots <= (1 << 20), std::to_string(h.slots));
       HVD_FUZZ_CHECK(seen.insert(h.host).second, "duplicate host '" + h.host + "' accepted");
       text += h.host + " slots=" + std::to_string(h.slots) + "\n";
       sum += h.slots;
     }
-    HVD_FUZZ_CHECK(hvd::cluster::parse_hostfile(text, "rewritten") == hosts, "rewritten file differs");
+    HVD_FUZZ_CHECK(hvd::cluster::parse_hostfile(text, "rewritten") == hosts,
+                   "rewritten file differs");
     if (sum <= 0x7fffffff)
       HVD_FUZZ_CHECK(hvd::cluster::total_slots(hosts) == sum, std::to_string(sum));
   });

@@ -18,9 +18,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hvd::fuzz::guarded([&] {
     std::vector<hvd::Response> parsed = hvd::parse_responses(bytes, size);
     const std::string again = hvd::serialize_responses(parsed);
-    HVD_FUZZ_CHECK(again.size() <= size, "re-serialised " + std::to_string(again.size()) + " bytes from " +
-                                             std::to_string(size));
-    HVD_FUZZ_CHECK(again == std::string(bytes, again.size()), "re-serialised bytes differ from the input");
+    HVD_FUZZ_CHECK(again.size() <= size, "re-serialised " + std::to_string(again.size()) +
+                                             " bytes from " + std::to_string(size));
+    HVD_FUZZ_CHECK(again == std::string(bytes, again.size()),
+                   "re-serialised bytes differ from the input");
   });
   return 0;
 }

@@ -29,7 +29,8 @@ bool same(const st::SafetensorsHeader& a, const st::SafetensorsHeader& b) {
   for (std::size_t i = 0; i < a.tensors.size(); ++i) {
     const auto& x = a.tensors[i];
     const auto& y = b.tensors[i];
-    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape || x.begin != y.begin || x.end != y.end)
+    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape || x.begin != y.begin ||
+        x.end != y.end)
       return false;
   }
   return true;
@@ -44,13 +45,15 @@ void check_header(const st::SafetensorsHeader& h, std::string_view file) {
   std::set<std::string> names;
   for (const auto& e : h.tensors) {
     HVD_FUZZ_CHECK(names.insert(e.name).second, "duplicate name '" + e.name + "'");
-    HVD_FUZZ_CHECK(e.begin == expected, "tensor '" + e.name + "' does not start where the previous ended");
+    HVD_FUZZ_CHECK(e.begin == expected,
+                   "tensor '" + e.name + "' does not start where the previous ended");
     uint64_t elements = 1;
     for (int64_t d : e.shape) {
       HVD_FUZZ_CHECK(d >= 0, "negative dimension");
       elements *= static_cast<uint64_t>(d);  // no overflow: the reader checked the byte size
     }
-    HVD_FUZZ_CHECK(e.size() == elements * st::element_bytes(e.dtype), "tensor '" + e.name + "' size");
+    HVD_FUZZ_CHECK(e.size() == elements * st::element_bytes(e.dtype),
+                   "tensor '" + e.name + "' size");
     expected = e.end;
   }
   HVD_FUZZ_CHECK(expected == h.data_size, "tensors do not cover the data section");

@@ -37,7 +37,8 @@ void safetensors_seeds(const std::string& dir) {
 
   write(dir + "/empty.safetensors", hvd::training::serialize_safetensors({}, {}));
   write(dir + "/one_f32.safetensors",
-        hvd::training::serialize_safetensors({{"w", DataType::kFloat32, {2, 3}, f32.data()}}, {{"step", "7"}}));
+        hvd::training::serialize_safetensors({{"w", DataType::kFloat32, {2, 3}, f32.data()}},
+                                             {{"step", "7"}}));
   write(dir + "/all_dtypes.safetensors",
         hvd::training::serialize_safetensors(
             {{"a.f64", DataType::kFloat64, {3}, f64.data()},
@@ -53,7 +54,8 @@ void safetensors_seeds(const std::string& dir) {
   // A header without our checksum, as another writer would produce it.
   auto entries = hvd::training::plan_layout({{"x", DataType::kFloat32, {2}, f32.data()}});
   write(dir + "/no_checksum.safetensors",
-        hvd::training::encode_header(entries, {}) + std::string(reinterpret_cast<const char*>(f32.data()), 8));
+        hvd::training::encode_header(entries, {}) +
+            std::string(reinterpret_cast<const char*>(f32.data()), 8));
 }
 
 void message_seeds(const std::string& dir) {

@@ -10,8 +10,7 @@ __global__ void slow_fill_kernel(float* data, int64_t n, float value, long long 
   if (threadIdx.x == 0) {
     const long long start = static_cast<long long>(clock64());
     // clock64 counts SM cycles; ~2 GHz on H100: spin_ns * 2 cycles, at least.
-    while (static_cast<long long>(clock64()) - start < spin_ns * 2) {
-    }
+    while (static_cast<long long>(clock64()) - start < spin_ns * 2) {}
   }
   __syncthreads();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;

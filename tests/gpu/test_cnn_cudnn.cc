@@ -104,8 +104,8 @@ void expect_close_l2(const std::vector<float>& got, const std::vector<float>& wa
     diff += d * d;
     norm += static_cast<double>(want[i]) * want[i];
   }
-  EXPECT_LE(std::sqrt(diff), tol * std::sqrt(norm)) << what << ": |GPU - CPU| = " << std::sqrt(diff)
-                                                    << ", |CPU| = " << std::sqrt(norm);
+  EXPECT_LE(std::sqrt(diff), tol * std::sqrt(norm))
+      << what << ": |GPU - CPU| = " << std::sqrt(diff) << ", |CPU| = " << std::sqrt(norm);
 }
 
 struct ConvCase {
@@ -217,8 +217,8 @@ TEST(CudnnRelu, ForwardAndBackwardMatchTheCpuInPlaceWithExactZeros) {
 
 TEST(CublasDense, ForwardAndAllGradientsMatchTheCpuLayerForOddShapesAndBatchOne) {
   CudaContext ctx({.device = 0});
-  for (const auto& [in, out, batch] : std::vector<std::tuple<int, int, int>>{
-           {37, 11, 5}, {3136, 512, 4}, {512, 10, 1}}) {
+  for (const auto& [in, out, batch] :
+       std::vector<std::tuple<int, int, int>>{{37, 11, 5}, {3136, 512, 4}, {512, 10, 1}}) {
     SCOPED_TRACE("dense " + std::to_string(in) + "->" + std::to_string(out) + " batch " +
                  std::to_string(batch));
     model::Dense cpu({.in_features = in, .out_features = out});
@@ -294,8 +294,8 @@ TEST(CudnnSoftmaxCrossEntropy, EmptyBatchIsZeroAndAnInvalidDeviceLabelIsReported
 TEST(GpuSgdMomentum, StepsEqualTheCpuOptimizerBitForBit) {
   CudaContext ctx({.device = 0});
   for (const bool nesterov : {false, true}) {
-    const model::SgdMomentumOptions o{.momentum = 0.9f, .weight_decay = 5e-4f,
-                                      .nesterov = nesterov};
+    const model::SgdMomentumOptions o{
+        .momentum = 0.9f, .weight_decay = 5e-4f, .nesterov = nesterov};
     const int64_t n = 1001;
     auto params = random_vector(n, 11);
     model::SgdMomentum cpu(n, o);
@@ -376,8 +376,8 @@ TEST(CudnnModel, ForwardLogitsLossAndEveryGradientMatchTheCpuModelInCallbackOrde
     m.gpu.copy_gradients_to_host(g);
     for (size_t i = 0; i < m.gpu.parameters().size(); ++i) {
       const auto& p = m.gpu.parameters()[i];
-      expect_close_l2({g.begin() + p.offset, g.begin() + p.offset + p.size},
-                      cpu_gradient(m.cpu, i), 5e-3, p.name + " gradient");
+      expect_close_l2({g.begin() + p.offset, g.begin() + p.offset + p.size}, cpu_gradient(m.cpu, i),
+                      5e-3, p.name + " gradient");
     }
   }
 }
@@ -489,8 +489,9 @@ TEST(CudnnModel, EmptyBatchAndDeviceInputAndBadArgumentsBehaveAsOnTheCpu) {
 int main(int argc, char** argv) {
   const int devices = train_cnn::gpu::device_count();
   if (devices == 0) {
-    std::printf("SKIPPED: no CUDA device visible; test_cnn_cudnn compares the cuDNN model with the "
-                "CPU model on a GPU.\n");
+    std::printf(
+        "SKIPPED: no CUDA device visible; test_cnn_cudnn compares the cuDNN model with the "
+        "CPU model on a GPU.\n");
     std::fflush(stdout);
     return 77;
   }

@@ -19,8 +19,8 @@ namespace hvdtest {
 namespace {
 
 const std::vector<DataType>& gpu_dtypes() {
-  static const std::vector<DataType> v = {DataType::kFloat32, DataType::kFloat16, DataType::kBFloat16,
-                                          DataType::kInt32};
+  static const std::vector<DataType> v = {DataType::kFloat32, DataType::kFloat16,
+                                          DataType::kBFloat16, DataType::kInt32};
   return v;
 }
 
@@ -42,7 +42,8 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   hvd::TensorRef ref(std::vector<int64_t> shape, void* stream = nullptr) {
-    return hvd::TensorRef(data_, host_.dtype(), std::move(shape), hvd::Device::cuda(my_device()), stream);
+    return hvd::TensorRef(data_, host_.dtype(), std::move(shape), hvd::Device::cuda(my_device()),
+                          stream);
   }
   // The device contents, as a host Buffer.
   Buffer fetch() const {
@@ -78,10 +79,13 @@ TEST_F(GpuCollectives, AllreduceEveryOpDtypeAndSize) {
         in.fill([&](int64_t i) { return reduce_contrib(op, t, rank_, size_, i); });
         DeviceBuffer d(in);
         Watchdog w(name);
-        hvd::Handle h = enqueue([&] { return hvd::allreduce_async(d.ref({n}), d.ref({n}), name, op); }, name);
+        hvd::Handle h =
+            enqueue([&] { return hvd::allreduce_async(d.ref({n}), d.ref({n}), name, op); }, name);
         if (!wait_ok(h, name)) continue;
         const double tol = (op == ReduceOp::kAverage && is_16bit_float(t)) ? 1e-3 : 0.0;
-        check_values(d.fetch(), [&](int64_t i) { return reduce_expected(op, t, size_, i, 1.0, 1.0); }, name, tol);
+        check_values(
+            d.fetch(), [&](int64_t i) { return reduce_expected(op, t, size_, i, 1.0, 1.0); }, name,
+            tol);
       }
     }
   }
@@ -96,18 +100,21 @@ TEST_F(GpuCollectives, FusedGroupedAllreduceWithScaling) {
     for (int k = 0; k < 37; ++k) {
       const int64_t n = (k * 13) % 29 + (k % 4 == 0 ? 0 : 1);
       host.emplace_back(t, n);
-      host.back().fill([&](int64_t i) { return reduce_contrib(ReduceOp::kSum, t, rank_, size_, i + k); });
+      host.back().fill(
+          [&](int64_t i) { return reduce_contrib(ReduceOp::kSum, t, rank_, size_, i + k); });
       dev.push_back(std::make_unique<DeviceBuffer>(host.back()));
       refs.push_back(dev.back()->ref({n}));
     }
     const std::string name = tag("grouped", t, 37);
     Watchdog w(name);
-    hvd::Handle h = enqueue([&] { return hvd::grouped_allreduce_async(refs, refs, name, ReduceOp::kSum); }, name);
+    hvd::Handle h = enqueue(
+        [&] { return hvd::grouped_allreduce_async(refs, refs, name, ReduceOp::kSum); }, name);
     if (!wait_ok(h, name)) continue;
     for (int k = 0; k < 37; ++k)
-      check_values(dev[k]->fetch(),
-                   [&](int64_t i) { return reduce_expected(ReduceOp::kSum, t, size_, i + k, 1.0, 1.0); },
-                   name + "[" + std::to_string(k) + "]");
+      check_values(
+          dev[k]->fetch(),
+          [&](int64_t i) { return reduce_expected(ReduceOp::kSum, t, size_, i + k, 1.0, 1.0); },
+          name + "[" + std::to_string(k) + "]");
   }
   // Prescale and postscale on one tensor (exact in every dtype: x2 then x0.5).
   for (DataType t : gpu_dtypes()) {
@@ -117,9 +124,14 @@ TEST_F(GpuCollectives, FusedGroupedAllreduceWithScaling) {
     const std::string name = tag("scaled", t, 7);
     Watchdog w(name);
     hvd::Handle h = enqueue(
-        [&] { return hvd::allreduce_async(d.ref({7}), d.ref({7}), name, ReduceOp::kSum, 2.0, 0.5); }, name);
+        [&] {
+          return hvd::allreduce_async(d.ref({7}), d.ref({7}), name, ReduceOp::kSum, 2.0, 0.5);
+        },
+        name);
     if (!wait_ok(h, name)) continue;
-    check_values(d.fetch(), [&](int64_t i) { return reduce_expected(ReduceOp::kSum, t, size_, i, 2.0, 0.5); }, name);
+    check_values(
+        d.fetch(),
+        [&](int64_t i) { return reduce_expected(ReduceOp::kSum, t, size_, i, 2.0, 0.5); }, name);
   }
 }
 
@@ -129,12 +141,14 @@ TEST_F(GpuCollectives, BroadcastFromEveryRoot) {
       for (int root = 0; root < size_; ++root) {
         const std::string name = tag("broadcast", t, n) + ".root" + std::to_string(root);
         Buffer b(t, n);
-        b.fill([&](int64_t i) { return rank_ == root ? static_cast<double>(i % 7 + root + 1) : 0.0; });
+        b.fill(
+            [&](int64_t i) { return rank_ == root ? static_cast<double>(i % 7 + root + 1) : 0.0; });
         DeviceBuffer d(b);
         Watchdog w(name);
         hvd::Handle h = enqueue([&] { return hvd::broadcast_async(d.ref({n}), root, name); }, name);
         if (!wait_ok(h, name)) continue;
-        check_values(d.fetch(), [&](int64_t i) { return static_cast<double>(i % 7 + root + 1); }, name);
+        check_values(
+            d.fetch(), [&](int64_t i) { return static_cast<double>(i % 7 + root + 1); }, name);
       }
     }
   }
@@ -157,7 +171,9 @@ TEST_F(GpuCollectives, AllgatherWithDifferentFirstDimensions) {
         for (int64_t i = 0; i < n + r; ++i) want.push_back(static_cast<double>(i % 7 + r));
       hvd::Tensor& out = h.output();
       ASSERT_EQ(out.num_elements(), static_cast<int64_t>(want.size())) << name;
-      check_values(t, out.data(), out.num_elements(), [&](int64_t i) { return want[static_cast<size_t>(i)]; }, name);
+      check_values(
+          t, out.data(), out.num_elements(),
+          [&](int64_t i) { return want[static_cast<size_t>(i)]; }, name);
     }
   }
 }
@@ -182,10 +198,13 @@ TEST_F(GpuCollectives, AlltoallUnevenSplits) {
       if (!wait_ok(h, name)) continue;
       std::vector<double> want;
       for (int q = 0; q < size_; ++q)
-        for (int64_t j = 0; j < splits[rank_]; ++j) want.push_back(static_cast<double>((offsets[rank_] + j) % 5 + q));
+        for (int64_t j = 0; j < splits[rank_]; ++j)
+          want.push_back(static_cast<double>((offsets[rank_] + j) % 5 + q));
       hvd::Tensor& out = h.output();
       ASSERT_EQ(out.num_elements(), static_cast<int64_t>(want.size())) << name;
-      check_values(t, out.data(), out.num_elements(), [&](int64_t i) { return want[static_cast<size_t>(i)]; }, name);
+      check_values(
+          t, out.data(), out.num_elements(),
+          [&](int64_t i) { return want[static_cast<size_t>(i)]; }, name);
     }
   }
 }
@@ -198,20 +217,22 @@ TEST_F(GpuCollectives, ReducescatterUnevenBlocks) {
       in.fill([&](int64_t i) { return static_cast<double>(i % 5 + rank_); });
       DeviceBuffer d(in);
       Watchdog w(name);
-      hvd::Handle h = enqueue([&] { return hvd::reducescatter_async(d.ref({n}), name, ReduceOp::kSum); }, name);
+      hvd::Handle h =
+          enqueue([&] { return hvd::reducescatter_async(d.ref({n}), name, ReduceOp::kSum); }, name);
       if (!wait_ok(h, name)) continue;
       int64_t off = 0;
       for (int r = 0; r < rank_; ++r) off += n / size_ + (r < n % size_ ? 1 : 0);
       const int64_t block = n / size_ + (rank_ < n % size_ ? 1 : 0);
       hvd::Tensor& out = h.output();
       ASSERT_EQ(out.num_elements(), block) << name;
-      check_values(t, out.data(), block,
-                   [&](int64_t j) {
-                     double s = 0;
-                     for (int r = 0; r < size_; ++r) s += static_cast<double>((off + j) % 5 + r);
-                     return s;
-                   },
-                   name);
+      check_values(
+          t, out.data(), block,
+          [&](int64_t j) {
+            double s = 0;
+            for (int r = 0; r < size_; ++r) s += static_cast<double>((off + j) % 5 + r);
+            return s;
+          },
+          name);
     }
   }
 }
@@ -225,18 +246,23 @@ TEST_F(GpuCollectives, WaitsForTheKernelThatProducesTheTensor) {
   DeviceBuffer d(zeros);
   cudaStream_t user = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(launch_slow_fill(static_cast<float*>(d.ref({n}).data()), n, static_cast<float>(rank_ + 1), 300.0, user),
+  ASSERT_EQ(launch_slow_fill(static_cast<float*>(d.ref({n}).data()), n,
+                             static_cast<float>(rank_ + 1), 300.0, user),
             cudaSuccess);
   const std::string name = "gpu.readiness";
   {
     Watchdog w(name);
     hvd::Handle h = enqueue(
-        [&] { return hvd::allreduce_async(d.ref({n}, user), d.ref({n}, user), name, ReduceOp::kSum); }, name);
+        [&] {
+          return hvd::allreduce_async(d.ref({n}, user), d.ref({n}, user), name, ReduceOp::kSum);
+        },
+        name);
     wait_ok(h, name);
   }
   cudaStreamSynchronize(user);
   const double want = static_cast<double>(size_) * (size_ + 1) / 2;
-  check_values(d.fetch(), [&](int64_t) { return want; }, name);
+  check_values(
+      d.fetch(), [&](int64_t) { return want; }, name);
   cudaStreamDestroy(user);
 }
 

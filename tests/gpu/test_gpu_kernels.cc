@@ -54,18 +54,22 @@ void round_trip(const std::vector<int64_t>& sizes, int64_t src_skew) {
     max_bytes = std::max(max_bytes, sizes[i]);
   }
   auto* d = reinterpret_cast<CopyDescriptor*>(descs.get());
-  EXPECT_CUDA(cudaMemcpy(d, pack.data(), pack.size() * sizeof(CopyDescriptor), cudaMemcpyHostToDevice));
+  EXPECT_CUDA(
+      cudaMemcpy(d, pack.data(), pack.size() * sizeof(CopyDescriptor), cudaMemcpyHostToDevice));
   batched_copy(d, static_cast<int>(pack.size()), max_bytes, nullptr);
   EXPECT_CUDA(cudaDeviceSynchronize());
   std::vector<unsigned char> host_fused(static_cast<size_t>(layout.bytes));
-  EXPECT_CUDA(cudaMemcpy(host_fused.data(), fused.get(), host_fused.size(), cudaMemcpyDeviceToHost));
+  EXPECT_CUDA(
+      cudaMemcpy(host_fused.data(), fused.get(), host_fused.size(), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < sizes.size(); ++i)
-    ASSERT_EQ(std::memcmp(host_fused.data() + layout.layout.offsets[i], host_src.data() + src_off[i],
-                          static_cast<size_t>(sizes[i])),
+    ASSERT_EQ(std::memcmp(host_fused.data() + layout.layout.offsets[i],
+                          host_src.data() + src_off[i], static_cast<size_t>(sizes[i])),
               0)
-        << "pack: tensor " << i << " of " << sizes.size() << " (" << sizes[i] << " bytes, skew " << src_skew << ")";
+        << "pack: tensor " << i << " of " << sizes.size() << " (" << sizes[i] << " bytes, skew "
+        << src_skew << ")";
 
-  EXPECT_CUDA(cudaMemcpy(d, unpack.data(), unpack.size() * sizeof(CopyDescriptor), cudaMemcpyHostToDevice));
+  EXPECT_CUDA(
+      cudaMemcpy(d, unpack.data(), unpack.size() * sizeof(CopyDescriptor), cudaMemcpyHostToDevice));
   batched_copy(d, static_cast<int>(unpack.size()), max_bytes, nullptr);
   EXPECT_CUDA(cudaDeviceSynchronize());
   std::vector<unsigned char> host_dst(static_cast<size_t>(arena));
@@ -73,7 +77,8 @@ void round_trip(const std::vector<int64_t>& sizes, int64_t src_skew) {
   // CPU reference: the destination arena is 0xee except for the copied ranges.
   std::vector<unsigned char> want(static_cast<size_t>(arena), 0xee);
   for (size_t i = 0; i < sizes.size(); ++i)
-    std::memcpy(want.data() + src_off[i], host_src.data() + src_off[i], static_cast<size_t>(sizes[i]));
+    std::memcpy(want.data() + src_off[i], host_src.data() + src_off[i],
+                static_cast<size_t>(sizes[i]));
   ASSERT_EQ(host_dst, want) << "unpack of " << sizes.size() << " tensors, skew " << src_skew;
 }
 
@@ -81,7 +86,8 @@ TEST(BatchedCopy, PackAndUnpackMatchCpuForOneTo500TensorsOfOddSizes) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   for (int count : {1, 2, 3, 7, 64, 255, 500}) {
     std::vector<int64_t> sizes;
-    for (int i = 0; i < count; ++i) sizes.push_back((i * 7919 + count) % 4099 + (i % 5 == 0 ? 0 : 1));
+    for (int i = 0; i < count; ++i)
+      sizes.push_back((i * 7919 + count) % 4099 + (i % 5 == 0 ? 0 : 1));
     for (int64_t skew : {0, 1, 4, 16}) round_trip(sizes, skew);
   }
 }
@@ -96,8 +102,9 @@ TEST(BatchedCopy, LargeAndEmptyTensorsInOneLaunch) {
 // Device scale vs the CPU path's scale_copy, bit for bit, for every dtype and a few factors.
 TEST(ScaleKernel, BitIdenticalToCpuForEveryDtype) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  const DataType types[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt32,   DataType::kInt64,
-                            DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};
+  const DataType types[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+                            DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                            DataType::kFloat32, DataType::kFloat64};
   for (DataType t : types) {
     for (double factor : {0.5, 1.0 / 3.0, 3.0, -2.5, 1e10}) {
       for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000003}}) {
@@ -105,15 +112,30 @@ TEST(ScaleKernel, BitIdenticalToCpuForEveryDtype) {
         std::vector<unsigned char> in(bytes), want(bytes), got(bytes);
         std::mt19937 rng(static_cast<unsigned>(n) + static_cast<unsigned>(t) * 7u);
         for (auto& b : in) b = static_cast<unsigned char>(rng());
-        if (t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64) {
+        if (t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 ||
+            t == DataType::kFloat64) {
           // Finite values: refill through float so that NaN payloads do not make bit compares moot.
           for (int64_t i = 0; i < n; ++i) {
             const double v = static_cast<double>(static_cast<int>(rng() % 20001) - 10000) / 64.0;
             switch (t) {
-              case DataType::kFloat16: { uint16_t h = float_to_half(static_cast<float>(v)); std::memcpy(&in[i * 2], &h, 2); break; }
-              case DataType::kBFloat16: { uint16_t h = float_to_bfloat16(static_cast<float>(v)); std::memcpy(&in[i * 2], &h, 2); break; }
-              case DataType::kFloat32: { float f = static_cast<float>(v); std::memcpy(&in[i * 4], &f, 4); break; }
-              default: std::memcpy(&in[i * 8], &v, 8); break;
+              case DataType::kFloat16: {
+                uint16_t h = float_to_half(static_cast<float>(v));
+                std::memcpy(&in[i * 2], &h, 2);
+                break;
+              }
+              case DataType::kBFloat16: {
+                uint16_t h = float_to_bfloat16(static_cast<float>(v));
+                std::memcpy(&in[i * 2], &h, 2);
+                break;
+              }
+              case DataType::kFloat32: {
+                float f = static_cast<float>(v);
+                std::memcpy(&in[i * 4], &f, 4);
+                break;
+              }
+              default:
+                std::memcpy(&in[i * 8], &v, 8);
+                break;
             }
           }
         }
@@ -140,20 +162,26 @@ TEST(CastKernels, Fp16CompressionRoundTripMatchesCpuRounding) {
   std::uniform_real_distribution<float> dist(-70000.f, 70000.f);
   for (auto& v : in) v = dist(rng);
   in[0] = 0.f;
-  in[1] = 1e-8f;   // subnormal in fp16
-  in[2] = 1e6f;    // overflows to inf
-  DeviceMem d_in(static_cast<size_t>(n) * 4), d_half(static_cast<size_t>(n) * 2), d_out(static_cast<size_t>(n) * 4);
-  EXPECT_CUDA(cudaMemcpy(d_in.get(), in.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice));
-  cast_to_half(reinterpret_cast<const float*>(d_in.get()), reinterpret_cast<uint16_t*>(d_half.get()), n, 0.5, nullptr);
-  cast_from_half(reinterpret_cast<const uint16_t*>(d_half.get()), reinterpret_cast<float*>(d_out.get()), n, 4.0,
-                 nullptr);
+  in[1] = 1e-8f;  // subnormal in fp16
+  in[2] = 1e6f;   // overflows to inf
+  DeviceMem d_in(static_cast<size_t>(n) * 4), d_half(static_cast<size_t>(n) * 2),
+      d_out(static_cast<size_t>(n) * 4);
+  EXPECT_CUDA(
+      cudaMemcpy(d_in.get(), in.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice));
+  cast_to_half(reinterpret_cast<const float*>(d_in.get()),
+               reinterpret_cast<uint16_t*>(d_half.get()), n, 0.5, nullptr);
+  cast_from_half(reinterpret_cast<const uint16_t*>(d_half.get()),
+                 reinterpret_cast<float*>(d_out.get()), n, 4.0, nullptr);
   std::vector<uint16_t> half(static_cast<size_t>(n));
   std::vector<float> out(static_cast<size_t>(n));
-  EXPECT_CUDA(cudaMemcpy(half.data(), d_half.get(), static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
-  EXPECT_CUDA(cudaMemcpy(out.data(), d_out.get(), static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost));
+  EXPECT_CUDA(
+      cudaMemcpy(half.data(), d_half.get(), static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
+  EXPECT_CUDA(
+      cudaMemcpy(out.data(), d_out.get(), static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost));
   for (int64_t i = 0; i < n; ++i) {
     const uint16_t want = float_to_half(in[static_cast<size_t>(i)] * 0.5f);
-    ASSERT_EQ(half[static_cast<size_t>(i)], want) << "element " << i << " = " << in[static_cast<size_t>(i)];
+    ASSERT_EQ(half[static_cast<size_t>(i)], want)
+        << "element " << i << " = " << in[static_cast<size_t>(i)];
     ASSERT_EQ(out[static_cast<size_t>(i)], half_to_float(want) * 4.0f) << "element " << i;
   }
 }

@@ -53,18 +53,22 @@ void run_all(ReduceOp op, double prescale, double postscale, const std::string& 
     for (Case& c : cases) {
       hvd::TensorRef in = c.in.ref();
       hvd::TensorRef out = c.in_place ? in : c.out.ref();
-      c.handle = enqueue([&] { return hvd::allreduce_async(in, out, c.name, op, prescale, postscale); }, c.name);
+      c.handle = enqueue(
+          [&] { return hvd::allreduce_async(in, out, c.name, op, prescale, postscale); }, c.name);
     }
     for (Case& c : cases) wait_ok(c.handle, c.name);
   }
   for (Case& c : cases) {
     if (!c.handle.valid()) continue;
     const Buffer& result = c.in_place ? c.in : c.out;
-    check_values(result, [&](int64_t i) { return reduce_expected(op, c.dtype, size, i, prescale, postscale); },
-                 c.name, tolerance(op, c.dtype));
+    check_values(
+        result,
+        [&](int64_t i) { return reduce_expected(op, c.dtype, size, i, prescale, postscale); },
+        c.name, tolerance(op, c.dtype));
     if (!c.in_place) {
-      check_values(c.in, [&](int64_t i) { return reduce_contrib(op, c.dtype, rank, size, i); },
-                   c.name + " input must be unchanged");
+      check_values(
+          c.in, [&](int64_t i) { return reduce_contrib(op, c.dtype, rank, size, i); },
+          c.name + " input must be unchanged");
     }
   }
 }
@@ -90,8 +94,9 @@ TEST_F(Allreduce, PostscaleOneThird) {
   std::vector<double> v(11);
   for (int i = 0; i < 11; ++i) v[i] = 3.0 * (i + rank_);
   hvd::TensorRef t(v.data(), DataType::kFloat64, {11});
-  hvd::Handle h = enqueue([&] { return hvd::allreduce_async(t, t, "ar.third", ReduceOp::kSum, 1.0, 1.0 / 3.0); },
-                          "ar.third");
+  hvd::Handle h = enqueue(
+      [&] { return hvd::allreduce_async(t, t, "ar.third", ReduceOp::kSum, 1.0, 1.0 / 3.0); },
+      "ar.third");
   {
     Watchdog w("ar.third");
     wait_ok(h, "ar.third");
@@ -107,7 +112,8 @@ TEST_F(Allreduce, PostscaleOneThird) {
 TEST_F(Allreduce, ScalarTensor) {
   int64_t x = 10 + rank_;
   hvd::TensorRef t(&x, DataType::kInt64, {});
-  hvd::Handle h = enqueue([&] { return hvd::allreduce_async(t, t, "ar.scalar", ReduceOp::kSum); }, "ar.scalar");
+  hvd::Handle h =
+      enqueue([&] { return hvd::allreduce_async(t, t, "ar.scalar", ReduceOp::kSum); }, "ar.scalar");
   {
     Watchdog w("ar.scalar");
     wait_ok(h, "ar.scalar");
@@ -118,14 +124,22 @@ TEST_F(Allreduce, ScalarTensor) {
 // A multi-dimensional tensor reduces element-wise like a flat one.
 TEST_F(Allreduce, MultiDimensionalTensor) {
   Buffer b(DataType::kFloat32, std::vector<int64_t>{3, 5, 2});
-  b.fill([&](int64_t i) { return reduce_contrib(ReduceOp::kSum, DataType::kFloat32, rank_, size_, i); });
+  b.fill([&](int64_t i) {
+    return reduce_contrib(ReduceOp::kSum, DataType::kFloat32, rank_, size_, i);
+  });
   hvd::TensorRef t = b.ref();
-  hvd::Handle h = enqueue([&] { return hvd::allreduce_async(t, t, "ar.3d", ReduceOp::kSum); }, "ar.3d");
+  hvd::Handle h =
+      enqueue([&] { return hvd::allreduce_async(t, t, "ar.3d", ReduceOp::kSum); }, "ar.3d");
   {
     Watchdog w("ar.3d");
     wait_ok(h, "ar.3d");
   }
-  check_values(b, [&](int64_t i) { return reduce_expected(ReduceOp::kSum, DataType::kFloat32, size_, i, 1, 1); }, "ar.3d");
+  check_values(
+      b,
+      [&](int64_t i) {
+        return reduce_expected(ReduceOp::kSum, DataType::kFloat32, size_, i, 1, 1);
+      },
+      "ar.3d");
 }
 
 // The same name again and again (after the first time the ranks agree through the response cache).
@@ -133,14 +147,16 @@ TEST_F(Allreduce, RepeatedNameGetsFreshValuesEachTime) {
   std::vector<int32_t> v(13);
   for (int step = 0; step < 20; ++step) {
     for (int i = 0; i < 13; ++i) v[i] = step * 100 + i + rank_;
-    hvd::Handle h = enqueue([&] { return hvd::allreduce_async(std::span<int32_t>(v), "ar.repeat", ReduceOp::kSum); },
-                            "ar.repeat");
+    hvd::Handle h = enqueue(
+        [&] { return hvd::allreduce_async(std::span<int32_t>(v), "ar.repeat", ReduceOp::kSum); },
+        "ar.repeat");
     {
       Watchdog w("ar.repeat step " + std::to_string(step));
       wait_ok(h, "ar.repeat");
     }
     int64_t wrong = 0;
-    for (int i = 0; i < 13; ++i) wrong += v[i] != size_ * (step * 100 + i) + size_ * (size_ - 1) / 2;
+    for (int i = 0; i < 13; ++i)
+      wrong += v[i] != size_ * (step * 100 + i) + size_ * (size_ - 1) / 2;
     EXPECT_EQ(wrong, 0) << "step " << step;
   }
 }
@@ -148,28 +164,37 @@ TEST_F(Allreduce, RepeatedNameGetsFreshValuesEachTime) {
 // The vector/span convenience layer: blocking allreduce (default average) and the span overload.
 TEST_F(Allreduce, ConvenienceVectorAndSpan) {
   std::vector<float> f(1001);
-  for (int i = 0; i < 1001; ++i) f[i] = static_cast<float>(reduce_contrib(ReduceOp::kAverage, DataType::kFloat32, rank_, size_, i));
+  for (int i = 0; i < 1001; ++i)
+    f[i] =
+        static_cast<float>(reduce_contrib(ReduceOp::kAverage, DataType::kFloat32, rank_, size_, i));
   try {
     Watchdog w("hvd::allreduce(vector)");
     hvd::allreduce(f, "ar.vector");  // kAverage by default
   } catch (const std::exception& e) {
     ADD_FAILURE() << "hvd::allreduce(vector) threw: " << e.what();
   }
-  check_values(DataType::kFloat32, f.data(), 1001,
-               [&](int64_t i) { return reduce_expected(ReduceOp::kAverage, DataType::kFloat32, size_, i, 1, 1); },
-               "ar.vector");
+  check_values(
+      DataType::kFloat32, f.data(), 1001,
+      [&](int64_t i) {
+        return reduce_expected(ReduceOp::kAverage, DataType::kFloat32, size_, i, 1, 1);
+      },
+      "ar.vector");
 
   std::vector<uint8_t> u(7);
-  for (int i = 0; i < 7; ++i) u[i] = static_cast<uint8_t>(reduce_contrib(ReduceOp::kMax, DataType::kUInt8, rank_, size_, i));
-  hvd::Handle h = enqueue([&] { return hvd::allreduce_async(std::span<uint8_t>(u), "ar.span", ReduceOp::kMax); },
-                          "ar.span");
+  for (int i = 0; i < 7; ++i)
+    u[i] = static_cast<uint8_t>(reduce_contrib(ReduceOp::kMax, DataType::kUInt8, rank_, size_, i));
+  hvd::Handle h = enqueue(
+      [&] { return hvd::allreduce_async(std::span<uint8_t>(u), "ar.span", ReduceOp::kMax); },
+      "ar.span");
   {
     Watchdog w("ar.span");
     wait_ok(h, "ar.span");
   }
   EXPECT_TRUE(h.ready());
-  check_values(DataType::kUInt8, u.data(), 7,
-               [&](int64_t i) { return reduce_expected(ReduceOp::kMax, DataType::kUInt8, size_, i, 1, 1); }, "ar.span");
+  check_values(
+      DataType::kUInt8, u.data(), 7,
+      [&](int64_t i) { return reduce_expected(ReduceOp::kMax, DataType::kUInt8, size_, i, 1, 1); },
+      "ar.span");
 
   std::vector<double> empty;
   try {
@@ -199,7 +224,9 @@ void run_grouped(ReduceOp op, const std::vector<int64_t>& sizes, const std::stri
     g.dtype = t;
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       Buffer in(t, sizes[k]);
-      in.fill([&](int64_t i) { return reduce_contrib(op, t, rank, size, i + 3 * static_cast<int64_t>(k)); });
+      in.fill([&](int64_t i) {
+        return reduce_contrib(op, t, rank, size, i + 3 * static_cast<int64_t>(k));
+      });
       Buffer out(t, sizes[k]);
       out.fill([](int64_t) { return 7; });
       g.in.push_back(std::move(in));
@@ -215,16 +242,20 @@ void run_grouped(ReduceOp op, const std::vector<int64_t>& sizes, const std::stri
         ins.push_back(g.in[k].ref());
         outs.push_back(g.out[k].ref());
       }
-      g.handle = enqueue([&] { return hvd::grouped_allreduce_async(ins, outs, g.name, op); }, g.name);
+      g.handle =
+          enqueue([&] { return hvd::grouped_allreduce_async(ins, outs, g.name, op); }, g.name);
     }
     for (Group& g : groups) wait_ok(g.handle, g.name);
   }
   for (Group& g : groups) {
     if (!g.handle.valid()) continue;
     for (std::size_t k = 0; k < g.out.size(); ++k) {
-      check_values(g.out[k],
-                   [&](int64_t i) { return reduce_expected(op, g.dtype, size, i + 3 * static_cast<int64_t>(k), 1, 1); },
-                   g.name + "[" + std::to_string(k) + "]", tolerance(op, g.dtype));
+      check_values(
+          g.out[k],
+          [&](int64_t i) {
+            return reduce_expected(op, g.dtype, size, i + 3 * static_cast<int64_t>(k), 1, 1);
+          },
+          g.name + "[" + std::to_string(k) + "]", tolerance(op, g.dtype));
     }
   }
 }

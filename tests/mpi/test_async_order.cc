@@ -43,7 +43,8 @@ TEST_F(AsyncOrder, TwoHundredAllreducesInDifferentOrdersPerRank) {
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(rank_)));
   std::vector<int> wait_order = order;
-  std::shuffle(wait_order.begin(), wait_order.end(), std::mt19937(static_cast<unsigned>(1000 + rank_)));
+  std::shuffle(wait_order.begin(), wait_order.end(),
+               std::mt19937(static_cast<unsigned>(1000 + rank_)));
   {
     Watchdog w("200 shuffled async allreduces");
     for (int k : order) {
@@ -59,8 +60,9 @@ TEST_F(AsyncOrder, TwoHundredAllreducesInDifferentOrdersPerRank) {
     if (!it.h.valid()) continue;
     EXPECT_TRUE(it.h.ready()) << it.name;
     const double tol = (it.op == ReduceOp::kAverage && is_16bit_float(it.t)) ? 1e-3 : 0.0;
-    wrong += check_values(it.buf, [&](int64_t i) { return reduce_expected(it.op, it.t, size_, i + k, 1, 1); },
-                          it.name, tol);
+    wrong += check_values(
+        it.buf, [&](int64_t i) { return reduce_expected(it.op, it.t, size_, i + k, 1, 1); },
+        it.name, tol);
   }
   EXPECT_EQ(wrong, 0);
 }
@@ -87,14 +89,21 @@ TEST_F(AsyncOrder, MixedCollectivesInDifferentOrdersPerRank) {
       const int k = x % kEach;
       if (x / kEach == 0) {
         hvd::TensorRef t = ar[k].ref();
-        h_ar[k] = enqueue([&] { return hvd::allreduce_async(t, t, "mixed.ar." + std::to_string(k), ReduceOp::kSum); }, "mixed.ar");
+        h_ar[k] = enqueue(
+            [&] {
+              return hvd::allreduce_async(t, t, "mixed.ar." + std::to_string(k), ReduceOp::kSum);
+            },
+            "mixed.ar");
       } else if (x / kEach == 1) {
         hvd::TensorRef t = bc[k].ref();
         const int root = k % size_;
-        h_bc[k] = enqueue([&] { return hvd::broadcast_async(t, root, "mixed.bc." + std::to_string(k)); }, "mixed.bc");
+        h_bc[k] =
+            enqueue([&] { return hvd::broadcast_async(t, root, "mixed.bc." + std::to_string(k)); },
+                    "mixed.bc");
       } else {
         hvd::TensorRef t = ag[k].ref();
-        h_ag[k] = enqueue([&] { return hvd::allgather_async(t, "mixed.ag." + std::to_string(k)); }, "mixed.ag");
+        h_ag[k] = enqueue([&] { return hvd::allgather_async(t, "mixed.ag." + std::to_string(k)); },
+                          "mixed.ag");
       }
     }
     for (int k = kEach - 1; k >= 0; --k) {
@@ -105,13 +114,16 @@ TEST_F(AsyncOrder, MixedCollectivesInDifferentOrdersPerRank) {
   }
   for (int k = 0; k < kEach; ++k) {
     if (h_ar[k].valid()) {
-      check_values(ar[k], [&](int64_t i) { return static_cast<double>(size_ * (i + k) + size_ * (size_ - 1) / 2); },
-                   "mixed.ar." + std::to_string(k));
+      check_values(
+          ar[k],
+          [&](int64_t i) { return static_cast<double>(size_ * (i + k) + size_ * (size_ - 1) / 2); },
+          "mixed.ar." + std::to_string(k));
     }
     if (h_bc[k].valid()) {
       const int root = k % size_;
-      check_values(bc[k], [&](int64_t i) { return static_cast<double>(root * 1000 + i + k); },
-                   "mixed.bc." + std::to_string(k));
+      check_values(
+          bc[k], [&](int64_t i) { return static_cast<double>(root * 1000 + i + k); },
+          "mixed.bc." + std::to_string(k));
     }
     if (h_ag[k].valid()) {
       std::vector<double> want;
@@ -121,8 +133,9 @@ TEST_F(AsyncOrder, MixedCollectivesInDifferentOrdersPerRank) {
       hvd::Tensor& out = h_ag[k].output();
       EXPECT_EQ(out.num_elements(), static_cast<int64_t>(want.size())) << "mixed.ag." << k;
       if (out.num_elements() == static_cast<int64_t>(want.size())) {
-        check_values(DataType::kInt8, out.data(), out.num_elements(), [&](int64_t i) { return want[i]; },
-                     "mixed.ag." + std::to_string(k));
+        check_values(
+            DataType::kInt8, out.data(), out.num_elements(), [&](int64_t i) { return want[i]; },
+            "mixed.ag." + std::to_string(k));
       }
     }
   }

@@ -79,12 +79,17 @@ struct State {
   std::vector<uint8_t> mask;     // U8 [0, 4] (no elements)
   std::vector<int32_t> big;      // I32 [300001] (odd, larger than a typical fusion chunk)
 
-  explicit State(int64_t step, int64_t skew = 0) : weight(21), bias(5), counter(1), half(4), mask(0), big(300001) {
-    for (std::size_t i = 0; i < weight.size(); ++i) weight[i] = static_cast<float>(step * 100 + static_cast<int64_t>(i) + skew) * 0.5f;
-    for (std::size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<double>(step) / 3.0 - static_cast<double>(i) + skew;
+  explicit State(int64_t step, int64_t skew = 0)
+      : weight(21), bias(5), counter(1), half(4), mask(0), big(300001) {
+    for (std::size_t i = 0; i < weight.size(); ++i)
+      weight[i] = static_cast<float>(step * 100 + static_cast<int64_t>(i) + skew) * 0.5f;
+    for (std::size_t i = 0; i < bias.size(); ++i)
+      bias[i] = static_cast<double>(step) / 3.0 - static_cast<double>(i) + skew;
     counter[0] = step * 1000000007LL + skew;
-    for (std::size_t i = 0; i < half.size(); ++i) half[i] = static_cast<uint16_t>((step * 31 + static_cast<int64_t>(i) + skew) & 0x7F7F);
-    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<int32_t>((step * 7 + static_cast<int64_t>(i) + skew) % 1000003);
+    for (std::size_t i = 0; i < half.size(); ++i)
+      half[i] = static_cast<uint16_t>((step * 31 + static_cast<int64_t>(i) + skew) & 0x7F7F);
+    for (std::size_t i = 0; i < big.size(); ++i)
+      big[i] = static_cast<int32_t>((step * 7 + static_cast<int64_t>(i) + skew) % 1000003);
   }
 
   std::vector<hvd::NamedTensor> tensors() {
@@ -98,8 +103,8 @@ struct State {
   }
 
   bool operator==(const State& o) const {
-    return weight == o.weight && bias == o.bias && counter == o.counter && half == o.half && mask == o.mask &&
-           big == o.big;
+    return weight == o.weight && bias == o.bias && counter == o.counter && half == o.half &&
+           mask == o.mask && big == o.big;
   }
 };
 
@@ -162,7 +167,8 @@ TEST_F(CheckpointTest, SaveThenRestoreGivesRank0sStateOnEveryRank) {
   const auto step = ck.restore_latest(restored.tensors());
   ASSERT_TRUE(step.has_value());
   EXPECT_EQ(*step, 7);
-  EXPECT_TRUE(restored == State(7)) << "rank " << hvd::rank() << " did not get rank 0's state of step 7";
+  EXPECT_TRUE(restored == State(7))
+      << "rank " << hvd::rank() << " did not get rank 0's state of step 7";
   EXPECT_EQ(ck.last_metadata().at("epoch"), "2");
   EXPECT_EQ(ck.last_metadata().at("note"), "unicode \xc3\xa9 and \"quotes\"");
   EXPECT_EQ(ck.last_metadata().at("step"), "7");
@@ -205,8 +211,9 @@ TEST_F(CheckpointTest, KeepLastPrunesOlderCheckpoints) {
     ck.save(s, st.tensors());
   }
   on_rank0([&] {
-    EXPECT_EQ(checkpoint_names(dir.path()), (std::vector<std::string>{"ckpt-000000000004.safetensors",
-                                                                       "ckpt-000000000005.safetensors"}));
+    EXPECT_EQ(checkpoint_names(dir.path()),
+              (std::vector<std::string>{"ckpt-000000000004.safetensors",
+                                        "ckpt-000000000005.safetensors"}));
   });
   State restored(0);
   EXPECT_EQ(ck.restore_latest(restored.tensors()), 5);
@@ -281,8 +288,9 @@ TEST_F(CheckpointTest, BadArgumentsOnRank0AreInvalidArgumentErrorsOnEveryRank) {
   SharedTempDir dir;
   hvd::Checkpointer ck(dir.path());
   std::vector<float> x(3, 1.f);
-  const std::vector<hvd::NamedTensor> dup = {{"x", hvd::TensorRef(x.data(), hvd::DataType::kFloat32, {3})},
-                                             {"x", hvd::TensorRef(x.data(), hvd::DataType::kFloat32, {3})}};
+  const std::vector<hvd::NamedTensor> dup = {
+      {"x", hvd::TensorRef(x.data(), hvd::DataType::kFloat32, {3})},
+      {"x", hvd::TensorRef(x.data(), hvd::DataType::kFloat32, {3})}};
   std::string msg = expect_throw<hvd::InvalidArgumentError>([&] { ck.save(1, dup); });
   EXPECT_NE(msg.find("appears twice"), std::string::npos) << msg;
   EXPECT_TRUE(same_on_every_rank(msg));
@@ -304,13 +312,17 @@ TEST_F(CheckpointTest, RestoreIntoMismatchedTensorsIsAnErrorOnEveryRank) {
   ck.save(1, {{"a", hvd::TensorRef(a.data(), hvd::DataType::kFloat32, {4})}});
 
   std::vector<float> wrong_shape(5);
-  std::string msg = expect_throw<hvd::InvalidArgumentError>(
-      [&] { ck.restore_latest({{"a", hvd::TensorRef(wrong_shape.data(), hvd::DataType::kFloat32, {5})}}); });
-  EXPECT_NE(msg.find("holds tensor 'a' as F32 [4] but the caller passed F32 [5]"), std::string::npos) << msg;
+  std::string msg = expect_throw<hvd::InvalidArgumentError>([&] {
+    ck.restore_latest({{"a", hvd::TensorRef(wrong_shape.data(), hvd::DataType::kFloat32, {5})}});
+  });
+  EXPECT_NE(msg.find("holds tensor 'a' as F32 [4] but the caller passed F32 [5]"),
+            std::string::npos)
+      << msg;
   EXPECT_TRUE(same_on_every_rank(msg));
 
-  msg = expect_throw<hvd::InvalidArgumentError>(
-      [&] { ck.restore_latest({{"b", hvd::TensorRef(a.data(), hvd::DataType::kFloat32, {4})}}); });
+  msg = expect_throw<hvd::InvalidArgumentError>([&] {
+    ck.restore_latest({{"b", hvd::TensorRef(a.data(), hvd::DataType::kFloat32, {4})}});
+  });
   EXPECT_NE(msg.find("has no tensor 'b'"), std::string::npos) << msg;
   EXPECT_TRUE(same_on_every_rank(msg));
 
@@ -327,8 +339,9 @@ TEST_F(CheckpointTest, DifferentTensorListsAcrossRanksAreAnErrorNotAHang) {
   std::vector<float> a(4, 1.f);
   ck.save(1, {{"a", hvd::TensorRef(a.data(), hvd::DataType::kFloat32, {4})}});
   const int64_t n = hvd::rank() == 1 ? 3 : 4;
-  const std::string msg = expect_throw<hvd::InvalidArgumentError>(
-      [&] { ck.restore_latest({{"a", hvd::TensorRef(a.data(), hvd::DataType::kFloat32, {n})}}); });
+  const std::string msg = expect_throw<hvd::InvalidArgumentError>([&] {
+    ck.restore_latest({{"a", hvd::TensorRef(a.data(), hvd::DataType::kFloat32, {n})}});
+  });
   EXPECT_NE(msg.find("different tensor lists"), std::string::npos) << msg;
   EXPECT_TRUE(same_on_every_rank(msg));
 }

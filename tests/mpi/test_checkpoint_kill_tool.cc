@@ -25,17 +25,20 @@ namespace {
 
 // About 6 MiB per checkpoint, so that a random kill often lands inside a save.
 struct State {
-  std::vector<float> w;        // F32 [1024, 257]
-  std::vector<double> big;     // F64 [655361]
-  std::vector<int64_t> b;      // I64 [3]
-  std::vector<uint16_t> h;     // BF16 [7]
-  std::vector<float> empty;    // F32 [0]
+  std::vector<float> w;      // F32 [1024, 257]
+  std::vector<double> big;   // F64 [655361]
+  std::vector<int64_t> b;    // I64 [3]
+  std::vector<uint16_t> h;   // BF16 [7]
+  std::vector<float> empty;  // F32 [0]
 
   explicit State(int64_t step) : w(1024 * 257), big(655361), b(3), h(7) {
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((step * 131 + static_cast<int64_t>(i)) % 100003);
-    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<double>(step) * 1e6 + static_cast<double>(i);
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = static_cast<float>((step * 131 + static_cast<int64_t>(i)) % 100003);
+    for (std::size_t i = 0; i < big.size(); ++i)
+      big[i] = static_cast<double>(step) * 1e6 + static_cast<double>(i);
     b = {step, -step, step * step};
-    for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>((step + static_cast<int64_t>(i)) & 0x7F7F);
+    for (std::size_t i = 0; i < h.size(); ++i)
+      h[i] = static_cast<uint16_t>((step + static_cast<int64_t>(i)) & 0x7F7F);
   }
   std::vector<hvd::NamedTensor> tensors() {
     using hvd::DataType;
@@ -58,7 +61,8 @@ int save_forever(const std::string& dir) {
   int64_t step = 1;
   if (auto s = ck.restore_latest(st.tensors())) {
     if (!(st == State(*s))) {
-      std::fprintf(stderr, "kill_tool: resumed from step %lld with wrong values\n", static_cast<long long>(*s));
+      std::fprintf(stderr, "kill_tool: resumed from step %lld with wrong values\n",
+                   static_cast<long long>(*s));
       return 1;
     }
     step = *s + 1;
@@ -78,17 +82,19 @@ int check(const std::string& dir, int64_t min_step) {
   State st(-1);
   auto step = ck.restore_latest(st.tensors());
   if (!step) {
-    std::fprintf(stderr, "kill_tool: no good checkpoint in %s (expected step >= %lld)\n", dir.c_str(),
-                 static_cast<long long>(min_step));
+    std::fprintf(stderr, "kill_tool: no good checkpoint in %s (expected step >= %lld)\n",
+                 dir.c_str(), static_cast<long long>(min_step));
     return 1;
   }
   if (*step < min_step) {
-    std::fprintf(stderr, "kill_tool: restored step %lld, but step %lld was reported saved (not durable?)\n",
+    std::fprintf(stderr,
+                 "kill_tool: restored step %lld, but step %lld was reported saved (not durable?)\n",
                  static_cast<long long>(*step), static_cast<long long>(min_step));
     return 1;
   }
   if (!(st == State(*step))) {
-    std::fprintf(stderr, "kill_tool: step %lld restored with wrong values\n", static_cast<long long>(*step));
+    std::fprintf(stderr, "kill_tool: step %lld restored with wrong values\n",
+                 static_cast<long long>(*step));
     return 1;
   }
   if (hvd::rank() == 0) {
@@ -105,12 +111,13 @@ int check(const std::string& dir, int64_t min_step) {
         if (!(got == State(f.step))) throw std::runtime_error("values differ from its step's");
         ++files;
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "kill_tool: visible checkpoint %s is bad: %s\n", f.path.c_str(), e.what());
+        std::fprintf(stderr, "kill_tool: visible checkpoint %s is bad: %s\n", f.path.c_str(),
+                     e.what());
         return 1;
       }
     }
-    std::printf("restored step %lld (>= %lld); %d visible checkpoints verified\n", static_cast<long long>(*step),
-                static_cast<long long>(min_step), files);
+    std::printf("restored step %lld (>= %lld); %d visible checkpoints verified\n",
+                static_cast<long long>(*step), static_cast<long long>(min_step), files);
   }
   return 0;
 }

@@ -49,7 +49,8 @@ void run_allgather(bool ragged, std::vector<int64_t> inner_shape) {
     for (int64_t base : all_sizes()) {
       if (inner > 1 && base == kBig) continue;  // keep the 2-D variant small
       Case c;
-      c.name = case_name("allgather", t, base, (ragged ? ".ragged" : ".uniform") + std::to_string(inner));
+      c.name = case_name("allgather", t, base,
+                         (ragged ? ".ragged" : ".uniform") + std::to_string(inner));
       c.t = t;
       c.base = base;
       std::vector<int64_t> shape = {gather_rows(base, ragged, rank)};
@@ -81,12 +82,15 @@ void run_allgather(bool ragged, std::vector<int64_t> inner_shape) {
     EXPECT_EQ(out.shape(), want_shape) << c.name;
     EXPECT_EQ(out.dtype(), c.t) << c.name;
     if (out.shape() != want_shape || out.dtype() != c.t) continue;
-    check_values(c.t, out.data(), total_rows * inner,
-                 [&](int64_t i) {
-                   const int src = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), i) - offsets.begin()) - 1;
-                   return pattern(c.t, src, i - offsets[src]);
-                 },
-                 c.name);
+    check_values(
+        c.t, out.data(), total_rows * inner,
+        [&](int64_t i) {
+          const int src = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), i) -
+                                           offsets.begin()) -
+                          1;
+          return pattern(c.t, src, i - offsets[src]);
+        },
+        c.name);
   }
 }
 
@@ -144,7 +148,8 @@ TEST_F(Broadcast, FromEveryRootEveryDtypeAndSize) {
     }
     for (Case& c : cases) {
       if (!c.h.valid()) continue;
-      check_values(c.buf, [&](int64_t j) { return pattern(c.t, c.root, j, 1); }, c.name);
+      check_values(
+          c.buf, [&](int64_t j) { return pattern(c.t, c.root, j, 1); }, c.name);
     }
   }
 }
@@ -154,12 +159,14 @@ TEST_F(Broadcast, MultiDimensionalAndConvenienceVector) {
   b.fill([&](int64_t j) { return pattern(DataType::kFloat64, rank_, j); });
   const int root = size_ - 1;
   hvd::TensorRef ref = b.ref();
-  hvd::Handle h = enqueue([&] { return hvd::broadcast_async(ref, root, "broadcast.2d"); }, "broadcast.2d");
+  hvd::Handle h =
+      enqueue([&] { return hvd::broadcast_async(ref, root, "broadcast.2d"); }, "broadcast.2d");
   {
     Watchdog w("broadcast.2d");
     wait_ok(h, "broadcast.2d");
   }
-  check_values(b, [&](int64_t j) { return pattern(DataType::kFloat64, root, j); }, "broadcast.2d");
+  check_values(
+      b, [&](int64_t j) { return pattern(DataType::kFloat64, root, j); }, "broadcast.2d");
 
   std::vector<int64_t> v(9, rank_ == 0 ? 42 : -1);
   try {
@@ -213,11 +220,13 @@ void run_alltoall(bool equal_parts, int64_t inner) {
   std::vector<Case> cases;
   for (DataType t : all_dtypes()) {
     for (int64_t rows : all_sizes()) {
-      if (equal_parts) rows = (rows / size) * size + (rows == 1 ? size : 0);  // divisible, 1 -> one row each
+      if (equal_parts)
+        rows = (rows / size) * size + (rows == 1 ? size : 0);  // divisible, 1 -> one row each
       if (inner > 1 && rows > 1000) continue;
       Case c;
-      c.name = case_name("alltoall", t, rows, (equal_parts ? ".equal" : ".uneven") + std::to_string(inner) + "." +
-                                                  std::to_string(cases.size()));
+      c.name = case_name("alltoall", t, rows,
+                         (equal_parts ? ".equal" : ".uneven") + std::to_string(inner) + "." +
+                             std::to_string(cases.size()));
       c.t = t;
       c.rows = rows;
       const std::vector<int64_t> splits =
@@ -235,7 +244,8 @@ void run_alltoall(bool equal_parts, int64_t inner) {
     Watchdog w(std::string("alltoall batch ") + (equal_parts ? "equal" : "uneven"));
     for (Case& c : cases) {
       hvd::TensorRef in = c.in.ref();
-      std::vector<int64_t> splits = equal_parts ? std::vector<int64_t>{} : splits_of(rank, size, c.rows);
+      std::vector<int64_t> splits =
+          equal_parts ? std::vector<int64_t>{} : splits_of(rank, size, c.rows);
       c.h = enqueue([&] { return hvd::alltoall_async(in, splits, c.name); }, c.name);
     }
     for (Case& c : cases) wait_ok(c.h, c.name);
@@ -257,13 +267,16 @@ void run_alltoall(bool equal_parts, int64_t inner) {
       offsets.push_back(off);
       off += recv[s] * inner;
     }
-    check_values(c.t, out.data(), total * inner,
-                 [&](int64_t i) {
-                   // The last source whose block starts at or before i (zero-sized blocks skipped).
-                   int s = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), i) - offsets.begin()) - 1;
-                   return a2a_value(c.t, s, rank, i - offsets[s]);
-                 },
-                 c.name);
+    check_values(
+        c.t, out.data(), total * inner,
+        [&](int64_t i) {
+          // The last source whose block starts at or before i (zero-sized blocks skipped).
+          int s = static_cast<int>(std::upper_bound(offsets.begin(), offsets.end(), i) -
+                                   offsets.begin()) -
+                  1;
+          return a2a_value(c.t, s, rank, i - offsets[s]);
+        },
+        c.name);
   }
 }
 
@@ -287,7 +300,9 @@ TEST_F(Alltoall, ConvenienceVector) {
     ADD_FAILURE() << "hvd::alltoall(vector) threw: " << e.what();
   }
   std::vector<float> want;
-  for (int s = 0; s < size_; ++s) want.insert(want.end(), static_cast<std::size_t>(rank_) + 1, static_cast<float>(s * 100 + rank_));
+  for (int s = 0; s < size_; ++s)
+    want.insert(want.end(), static_cast<std::size_t>(rank_) + 1,
+                static_cast<float>(s * 100 + rank_));
   EXPECT_EQ(got, want);
 }
 
@@ -308,7 +323,8 @@ void run_reducescatter(ReduceOp op, const std::vector<int64_t>& row_counts, int6
   for (DataType t : all_dtypes()) {
     for (int64_t rows : row_counts) {
       Case c;
-      c.name = case_name(std::string("reducescatter.") + op_str(op), t, rows, "x" + std::to_string(inner));
+      c.name = case_name(std::string("reducescatter.") + op_str(op), t, rows,
+                         "x" + std::to_string(inner));
       c.t = t;
       c.rows = rows;
       c.in = Buffer(t, std::vector<int64_t>{rows, inner});
@@ -334,13 +350,17 @@ void run_reducescatter(ReduceOp op, const std::vector<int64_t>& row_counts, int6
     EXPECT_EQ(out.shape(), (std::vector<int64_t>{my_rows, inner})) << c.name;
     if (out.shape() != std::vector<int64_t>{my_rows, inner}) continue;
     const double tol = (op == ReduceOp::kAverage && is_16bit_float(c.t)) ? 1e-3 : 0.0;
-    check_values(c.t, out.data(), my_rows * inner,
-                 [&](int64_t i) { return reduce_expected(op, c.t, size, first_row * inner + i, 1, 1); }, c.name, tol);
+    check_values(
+        c.t, out.data(), my_rows * inner,
+        [&](int64_t i) { return reduce_expected(op, c.t, size, first_row * inner + i, 1, 1); },
+        c.name, tol);
   }
 }
 
 TEST_F(Reducescatter, SumEveryDtypeAndSize) { run_reducescatter(ReduceOp::kSum, all_sizes(), 1); }
-TEST_F(Reducescatter, AverageEveryDtypeAndSize) { run_reducescatter(ReduceOp::kAverage, all_sizes(), 1); }
+TEST_F(Reducescatter, AverageEveryDtypeAndSize) {
+  run_reducescatter(ReduceOp::kAverage, all_sizes(), 1);
+}
 TEST_F(Reducescatter, MinMaxProductSmall) {
   run_reducescatter(ReduceOp::kMin, {0, 1, 7, 1001}, 1);
   run_reducescatter(ReduceOp::kMax, {0, 1, 7, 1001}, 1);
@@ -364,7 +384,8 @@ TEST_F(Reducescatter, ConvenienceVector) {
   const int64_t first = rank_ * base + std::min<int64_t>(rank_, extra);
   const int64_t count = base + (rank_ < extra ? 1 : 0);
   std::vector<int64_t> want;
-  for (int64_t i = first; i < first + count; ++i) want.push_back(size_ * i * 10 + size_ * (size_ - 1) / 2);
+  for (int64_t i = first; i < first + count; ++i)
+    want.push_back(size_ * i * 10 + size_ * (size_ - 1) / 2);
   EXPECT_EQ(got, want);
 }
 
@@ -384,7 +405,8 @@ TEST(Barrier, NobodyLeavesBeforeEveryRankArrived) {
   }
   const double waited_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_GE(waited_ms, 250.0) << "rank " << hvd::rank() << " left the barrier before rank 0 arrived";
+  EXPECT_GE(waited_ms, 250.0) << "rank " << hvd::rank()
+                              << " left the barrier before rank 0 arrived";
 }
 
 }  // namespace

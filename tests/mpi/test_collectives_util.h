@@ -34,9 +34,9 @@ using hvd::DataType;
 using hvd::ReduceOp;
 
 inline const std::vector<DataType>& all_dtypes() {
-  static const std::vector<DataType> v = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt32,
-                                          DataType::kInt64,   DataType::kFloat16,  DataType::kBFloat16,
-                                          DataType::kFloat32, DataType::kFloat64};
+  static const std::vector<DataType> v = {
+      DataType::kUInt8,   DataType::kInt8,     DataType::kInt32,   DataType::kInt64,
+      DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};
   return v;
 }
 
@@ -54,43 +54,62 @@ inline const std::vector<int64_t>& all_sizes() {
 }
 
 inline bool is_signed(DataType t) { return t != DataType::kUInt8; }
-inline bool is_16bit_float(DataType t) { return t == DataType::kFloat16 || t == DataType::kBFloat16; }
+inline bool is_16bit_float(DataType t) {
+  return t == DataType::kFloat16 || t == DataType::kBFloat16;
+}
 
 inline std::size_t elem_size(DataType t) {
   switch (t) {
     case DataType::kUInt8:
-    case DataType::kInt8: return 1;
+    case DataType::kInt8:
+      return 1;
     case DataType::kFloat16:
-    case DataType::kBFloat16: return 2;
+    case DataType::kBFloat16:
+      return 2;
     case DataType::kInt32:
-    case DataType::kFloat32: return 4;
+    case DataType::kFloat32:
+      return 4;
     case DataType::kInt64:
-    case DataType::kFloat64: return 8;
+    case DataType::kFloat64:
+      return 8;
   }
   return 1;
 }
 
 inline const char* type_str(DataType t) {
   switch (t) {
-    case DataType::kUInt8: return "uint8";
-    case DataType::kInt8: return "int8";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBFloat16: return "bfloat16";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
+    case DataType::kUInt8:
+      return "uint8";
+    case DataType::kInt8:
+      return "int8";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBFloat16:
+      return "bfloat16";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
   }
   return "?";
 }
 
 inline const char* op_str(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kAverage: return "average";
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "?";
 }
@@ -132,12 +151,14 @@ inline uint16_t double_to_bf16_bits_exact(double v) {
 // the scaled cases) is exact in every dtype, fp16/bf16 and int8 included.
 inline double reduce_contrib(ReduceOp op, DataType t, int r, int n, int64_t i) {
   switch (op) {
-    case ReduceOp::kSum: return static_cast<double>(i % 5 + r);  // sum <= 22
+    case ReduceOp::kSum:
+      return static_cast<double>(i % 5 + r);  // sum <= 22
     case ReduceOp::kAverage:
       // Symmetric around 3 + i%5, so the sum is n * (3 + i%5) and the average exact.
       return static_cast<double>(3 + i % 5 + 2 * r - (n - 1));
     case ReduceOp::kMin:
-    case ReduceOp::kMax: return static_cast<double>((i * 7 + r * 3) % 11 - (is_signed(t) ? 5 : 0));
+    case ReduceOp::kMax:
+      return static_cast<double>((i * 7 + r * 3) % 11 - (is_signed(t) ? 5 : 0));
     case ReduceOp::kProduct: {
       double v = static_cast<double>(1 + (i + r) % 2);  // |product| <= 16
       if (is_signed(t) && (i + 2 * r) % 3 == 0) v = -v;
@@ -148,16 +169,25 @@ inline double reduce_contrib(ReduceOp op, DataType t, int r, int n, int64_t i) {
 }
 
 // postscale * op over ranks of (prescale * contrib); kAverage divides by the rank count.
-inline double reduce_expected(ReduceOp op, DataType t, int n, int64_t i, double prescale, double postscale) {
+inline double reduce_expected(ReduceOp op, DataType t, int n, int64_t i, double prescale,
+                              double postscale) {
   double acc = prescale * reduce_contrib(op, t, 0, n, i);
   for (int r = 1; r < n; ++r) {
     const double v = prescale * reduce_contrib(op, t, r, n, i);
     switch (op) {
       case ReduceOp::kAverage:
-      case ReduceOp::kSum: acc += v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kProduct: acc *= v; break;
+      case ReduceOp::kSum:
+        acc += v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
     }
   }
   if (op == ReduceOp::kAverage) acc /= n;
@@ -192,14 +222,40 @@ class Buffer {
   static double read(DataType t, const void* base, int64_t i) {
     const unsigned char* p = static_cast<const unsigned char*>(base) + i * elem_size(t);
     switch (t) {
-      case DataType::kUInt8: return *p;
-      case DataType::kInt8: return static_cast<int8_t>(*p);
-      case DataType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-      case DataType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-      case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-      case DataType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
-      case DataType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return half_bits_to_double(v); }
-      case DataType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return bf16_bits_to_double(v); }
+      case DataType::kUInt8:
+        return *p;
+      case DataType::kInt8:
+        return static_cast<int8_t>(*p);
+      case DataType::kInt32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DataType::kInt64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        return static_cast<double>(v);
+      }
+      case DataType::kFloat32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DataType::kFloat64: {
+        double v;
+        std::memcpy(&v, p, 8);
+        return v;
+      }
+      case DataType::kFloat16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        return half_bits_to_double(v);
+      }
+      case DataType::kBFloat16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        return bf16_bits_to_double(v);
+      }
     }
     return 0;
   }
@@ -207,14 +263,42 @@ class Buffer {
   static void write(DataType t, void* base, int64_t i, double v) {
     unsigned char* p = static_cast<unsigned char*>(base) + i * elem_size(t);
     switch (t) {
-      case DataType::kUInt8: *p = static_cast<uint8_t>(v); break;
-      case DataType::kInt8: { int8_t x = static_cast<int8_t>(v); std::memcpy(p, &x, 1); break; }
-      case DataType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-      case DataType::kInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-      case DataType::kFloat32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-      case DataType::kFloat64: std::memcpy(p, &v, 8); break;
-      case DataType::kFloat16: { uint16_t x = double_to_half_bits_exact(v); std::memcpy(p, &x, 2); break; }
-      case DataType::kBFloat16: { uint16_t x = double_to_bf16_bits_exact(v); std::memcpy(p, &x, 2); break; }
+      case DataType::kUInt8:
+        *p = static_cast<uint8_t>(v);
+        break;
+      case DataType::kInt8: {
+        int8_t x = static_cast<int8_t>(v);
+        std::memcpy(p, &x, 1);
+        break;
+      }
+      case DataType::kInt32: {
+        int32_t x = static_cast<int32_t>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case DataType::kInt64: {
+        int64_t x = static_cast<int64_t>(v);
+        std::memcpy(p, &x, 8);
+        break;
+      }
+      case DataType::kFloat32: {
+        float x = static_cast<float>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case DataType::kFloat64:
+        std::memcpy(p, &v, 8);
+        break;
+      case DataType::kFloat16: {
+        uint16_t x = double_to_half_bits_exact(v);
+        std::memcpy(p, &x, 2);
+        break;
+      }
+      case DataType::kBFloat16: {
+        uint16_t x = double_to_bf16_bits_exact(v);
+        std::memcpy(p, &x, 2);
+        break;
+      }
     }
   }
 
@@ -234,11 +318,12 @@ inline int64_t check_values(DataType t, const void* data, int64_t n,
   for (int64_t i = 0; i < n; ++i) {
     const double got = Buffer::read(t, data, i);
     const double want = expect(i);
-    const bool ok = tol == 0.0 ? got == want : std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
+    const bool ok =
+        tol == 0.0 ? got == want : std::fabs(got - want) <= tol * std::max(1.0, std::fabs(want));
     if (!ok) {
       if (wrong < 3) {
-        ADD_FAILURE() << what << " (" << type_str(t) << ", rank " << hvd::rank() << "): element " << i
-                      << " is " << got << ", expected " << want;
+        ADD_FAILURE() << what << " (" << type_str(t) << ", rank " << hvd::rank() << "): element "
+                      << i << " is " << got << ", expected " << want;
       }
       ++wrong;
     }
@@ -260,7 +345,8 @@ class Watchdog {
     thread_ = std::thread([this, seconds] {
       std::unique_lock<std::mutex> lock(mu_);
       if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
-        std::fprintf(stderr, "[hvd test] HANG: '%s' did not complete within %d s; aborting the job\n",
+        std::fprintf(stderr,
+                     "[hvd test] HANG: '%s' did not complete within %d s; aborting the job\n",
                      what_.c_str(), seconds);
         std::fflush(stderr);
         std::_Exit(3);

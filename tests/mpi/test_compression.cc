@@ -52,7 +52,9 @@ void reinit(const std::string& compression) {
   hvd::init();
 }
 
-DataType wire_of(const std::string& c) { return c == "fp16" ? DataType::kFloat16 : DataType::kBFloat16; }
+DataType wire_of(const std::string& c) {
+  return c == "fp16" ? DataType::kFloat16 : DataType::kBFloat16;
+}
 
 // The 16-bit value nearest to d (the library's conversion, tested on its own below), as a double.
 double round16(DataType wire, double d) {
@@ -67,7 +69,8 @@ bool hierarchical() {
          hvd::is_homogeneous();
 }
 
-constexpr double kNudge = 1.0 + 0x1p-13;  // exact in float; q * kNudge rounds back to q in fp16 and bf16
+constexpr double kNudge =
+    1.0 + 0x1p-13;  // exact in float; q * kNudge rounds back to q in fp16 and bf16
 
 // q: multiples of 1/8 in [-1, 1] (sum, average, min, max) or +-1/2, 1, 2 (product): every
 // reduction over up to 4 ranks, times 2, is exact in 16 bits.
@@ -82,10 +85,14 @@ double q_value(ReduceOp op, int r, int64_t i) {
 double combine(ReduceOp op, double a, double b) {
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return a + b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kProduct: return a * b;
+    case ReduceOp::kSum:
+      return a + b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kProduct:
+      return a * b;
   }
   return 0;
 }
@@ -96,20 +103,21 @@ double combine(ReduceOp op, double a, double b) {
 //   hierarchical rings: S cast back with postscale / c folded into the cast (in the tensor's type).
 // `ranks`: the contributors (a joined rank contributes the identity, and kAverage divides by their
 // count).
-double expected_over(ReduceOp op, DataType dtype, DataType wire, bool hier, const std::vector<int>& ranks, int64_t i,
-                     double pre, double post) {
+double expected_over(ReduceOp op, DataType dtype, DataType wire, bool hier,
+                     const std::vector<int>& ranks, int64_t i, double pre, double post) {
   double s = pre * q_value(op, ranks.at(0), i);
   for (size_t k = 1; k < ranks.size(); ++k) s = combine(op, s, pre * q_value(op, ranks[k], i));
   const int c = static_cast<int>(ranks.size());
   if (op != ReduceOp::kAverage) return s * post;
   if (!hier) return round16(wire, s * (1.0 / c)) * post;
   const double factor = post / c;
-  return dtype == DataType::kFloat32 ? static_cast<double>(static_cast<float>(s * factor)) : s * factor;
+  return dtype == DataType::kFloat32 ? static_cast<double>(static_cast<float>(s * factor))
+                                     : s * factor;
 }
 
 // The same with every rank 0..c-1 contributing.
-double expected_compressed(ReduceOp op, DataType dtype, DataType wire, bool hier, int c, int64_t i, double pre,
-                           double post) {
+double expected_compressed(ReduceOp op, DataType dtype, DataType wire, bool hier, int c, int64_t i,
+                           double pre, double post) {
   std::vector<int> ranks(static_cast<size_t>(c));
   for (int r = 0; r < c; ++r) ranks[static_cast<size_t>(r)] = r;
   return expected_over(op, dtype, wire, hier, ranks, i, pre, post);
@@ -174,14 +182,15 @@ TEST(CompressionConversions, DoubleRoundsOnceToNearestEven) {
   }
   // Just above a tie: a cast through float would make it a tie and round it down to even.
   EXPECT_EQ(ops::double_to_half(1.0 + 0x1p-11 + 0x1p-40), ops::float_to_half(1.0f + 0x1p-10f));
-  EXPECT_EQ(ops::double_to_bfloat16(1.0 + 0x1p-8 + 0x1p-40), ops::float_to_bfloat16(1.0f + 0x1p-7f));
+  EXPECT_EQ(ops::double_to_bfloat16(1.0 + 0x1p-8 + 0x1p-40),
+            ops::float_to_bfloat16(1.0f + 0x1p-7f));
   EXPECT_EQ(ops::double_to_half(1.0 + 0x1p-11), ops::float_to_half(1.0f));  // a real tie: even
   EXPECT_EQ(ops::double_to_half(1e300), 0x7c00);
   EXPECT_EQ(ops::double_to_half(-1e300), 0xfc00);
   EXPECT_EQ(ops::double_to_half(65519.99), 0x7bff);
   EXPECT_EQ(ops::double_to_half(65520.0), 0x7c00);
   EXPECT_EQ(ops::double_to_bfloat16(1e300), 0x7f80);
-  EXPECT_EQ(ops::double_to_half(0x1p-26), 0);        // below half the smallest subnormal
+  EXPECT_EQ(ops::double_to_half(0x1p-26), 0);            // below half the smallest subnormal
   EXPECT_EQ(ops::double_to_half(0x1p-25 + 0x1p-60), 1);  // just above it
   EXPECT_TRUE(std::isnan(ops::half_to_float(ops::double_to_half(std::nan("")))));
   EXPECT_TRUE(std::isnan(ops::bfloat16_to_float(ops::double_to_bfloat16(std::nan("")))));
@@ -212,22 +221,26 @@ TEST(CompressionConversions, FactorsAreFoldedIntoTheCasts) {
   for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(h[i], ops::double_to_half(2.0 * in[i])) << i;
   EXPECT_EQ(h[3], 0x7c00);  // 131008 overflows to Inf
   std::vector<float> out(in.size());
-  ops::decompress_copy(DataType::kFloat16, DataType::kFloat32, h.data(), out.data(), h.size(), 1.0 / 3);
+  ops::decompress_copy(DataType::kFloat16, DataType::kFloat32, h.data(), out.data(), h.size(),
+                       1.0 / 3);
   for (size_t i = 0; i < in.size(); ++i)
-    EXPECT_EQ(out[i], static_cast<float>(static_cast<double>(ops::half_to_float(h[i])) * (1.0 / 3))) << i;
+    EXPECT_EQ(out[i], static_cast<float>(static_cast<double>(ops::half_to_float(h[i])) * (1.0 / 3)))
+        << i;
   // reduce_blocks_16: three blocks of two, average of 3 (factor 1/3), in double, rounded once.
   const std::vector<uint16_t> blocks = {ops::float_to_half(1.0f), ops::float_to_half(2048.0f),
                                         ops::float_to_half(1.0f), ops::float_to_half(1.0f),
                                         ops::float_to_half(1.0f), ops::float_to_half(1.0f)};
   std::vector<uint16_t> r(2);
-  ops::reduce_blocks_16(DataType::kFloat16, ReduceOp::kAverage, blocks.data(), 3, 2, 2, 1.0 / 3, r.data());
+  ops::reduce_blocks_16(DataType::kFloat16, ReduceOp::kAverage, blocks.data(), 3, 2, 2, 1.0 / 3,
+                        r.data());
   EXPECT_EQ(r[0], ops::float_to_half(1.0f));
   // (2048 + 1 + 1) / 3 = 683.33 -> 683.5 in fp16 (step 0.5); summing in fp16 would lose both 1s
   // (2048 + 1 rounds to 2048) and give 682.5.
   EXPECT_EQ(r[1], ops::double_to_half(2050.0 / 3));
   EXPECT_EQ(ops::half_to_float(r[1]), 683.5f);
-  EXPECT_THROW(ops::compress_copy(DataType::kInt32, DataType::kFloat16, in.data(), h.data(), 1, 1.0),
-               std::invalid_argument);
+  EXPECT_THROW(
+      ops::compress_copy(DataType::kInt32, DataType::kFloat16, in.data(), h.data(), 1, 1.0),
+      std::invalid_argument);
 }
 
 // The vectorised conversions (x86-64 with AVX2/F16C) against the portable ones, bit for bit, on
@@ -239,7 +252,8 @@ TEST(CompressionConversions, VectorisedEqualsPortableBitForBit) {
   std::vector<double> d(n);
   for (size_t i = 0; i < n; ++i) {
     uint32_t b = static_cast<uint32_t>(rng());
-    if (i % 4 == 1) b = (b & 0x80000000u) | (static_cast<uint32_t>(rng() % 40 + 100) << 23) | (b & 0x7fffffu);
+    if (i % 4 == 1)
+      b = (b & 0x80000000u) | (static_cast<uint32_t>(rng() % 40 + 100) << 23) | (b & 0x7fffffu);
     if (i % 4 == 2) b = (b & 0xffffe000u) | 0x1000u;  // fp16 ties (for normal fp16 magnitudes)
     if (i % 4 == 3) b = (b & 0xffff0000u) | 0x8000u;  // bf16 ties
     f[i] = std::bit_cast<float>(b);
@@ -260,42 +274,54 @@ TEST(CompressionConversions, VectorisedEqualsPortableBitForBit) {
     run(slow);
     ops::simd_enabled() = true;
     auto is_nan = [&](uint16_t b) {
-      return nan16 == DataType::kFloat16 ? (b & 0x7c00) == 0x7c00 && (b & 0x3ff)
-                                         : nan16 == DataType::kBFloat16 && (b & 0x7f80) == 0x7f80 && (b & 0x7f);
+      return nan16 == DataType::kFloat16
+                 ? (b & 0x7c00) == 0x7c00 && (b & 0x3ff)
+                 : nan16 == DataType::kBFloat16 && (b & 0x7f80) == 0x7f80 && (b & 0x7f);
     };
     size_t diff = 0;
-    for (size_t i = 0; i < fast.size(); ++i) diff += fast[i] != slow[i] && !(is_nan(fast[i]) && is_nan(slow[i]));
+    for (size_t i = 0; i < fast.size(); ++i)
+      diff += fast[i] != slow[i] && !(is_nan(fast[i]) && is_nan(slow[i]));
     EXPECT_EQ(diff, 0u) << what;
   };
   for (DataType wire : {DataType::kFloat16, DataType::kBFloat16}) {
     for (double factor : {1.0, 2.0, 1.0 / 3}) {
       const std::string tag = std::string(type_str(wire)) + " factor " + std::to_string(factor);
-      both([&](std::vector<uint16_t>& out) {
-        out.resize(n);
-        ops::compress_copy(DataType::kFloat32, wire, f.data(), out.data(), n, factor);
-      }, "compress float32 " + tag);
-      both([&](std::vector<uint16_t>& out) {
-        out.resize(n);
-        ops::compress_copy(DataType::kFloat64, wire, d.data(), out.data(), n, factor);
-      }, "compress float64 " + tag);
+      both(
+          [&](std::vector<uint16_t>& out) {
+            out.resize(n);
+            ops::compress_copy(DataType::kFloat32, wire, f.data(), out.data(), n, factor);
+          },
+          "compress float32 " + tag);
+      both(
+          [&](std::vector<uint16_t>& out) {
+            out.resize(n);
+            ops::compress_copy(DataType::kFloat64, wire, d.data(), out.data(), n, factor);
+          },
+          "compress float64 " + tag);
       for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
-        both([&](std::vector<uint16_t>& out) {
-          std::vector<double> wide(all.size());
-          ops::decompress_copy(wire, dtype, all.data(), wide.data(), all.size(), factor);
-          out.resize(all.size() * 4);
-          std::memcpy(out.data(), wide.data(), all.size() * (dtype == DataType::kFloat32 ? 4 : 8));
-        }, std::string("decompress to ") + type_str(dtype) + " " + tag);
+        both(
+            [&](std::vector<uint16_t>& out) {
+              std::vector<double> wide(all.size());
+              ops::decompress_copy(wire, dtype, all.data(), wide.data(), all.size(), factor);
+              out.resize(all.size() * 4);
+              std::memcpy(out.data(), wide.data(),
+                          all.size() * (dtype == DataType::kFloat32 ? 4 : 8));
+            },
+            std::string("decompress to ") + type_str(dtype) + " " + tag);
       }
       for (ReduceOp op : all_ops()) {
         for (size_t k : {1, 2, 3, 4}) {
-          both([&](std::vector<uint16_t>& out) {
-            const size_t m = n / k;
-            std::vector<uint16_t> blocks(m * k);
-            std::mt19937 r2(5);
-            for (auto& b : blocks) b = static_cast<uint16_t>(r2());
-            out.resize(m);
-            ops::reduce_blocks_16(wire, op, blocks.data(), k, m, m, factor, out.data());
-          }, std::string("reduce_blocks_16 ") + op_str(op) + " k " + std::to_string(k) + " " + tag, wire);
+          both(
+              [&](std::vector<uint16_t>& out) {
+                const size_t m = n / k;
+                std::vector<uint16_t> blocks(m * k);
+                std::mt19937 r2(5);
+                for (auto& b : blocks) b = static_cast<uint16_t>(r2());
+                out.resize(m);
+                ops::reduce_blocks_16(wire, op, blocks.data(), k, m, m, factor, out.data());
+              },
+              std::string("reduce_blocks_16 ") + op_str(op) + " k " + std::to_string(k) + " " + tag,
+              wire);
         }
       }
     }
@@ -326,7 +352,8 @@ struct Case {
 };
 
 // Every op x float dtype x size, in place and out of place, enqueued at once (the big ones fuse).
-void run_exact(ReduceOp op, DataType wire, bool hier, double pre, double post, const std::string& tag) {
+void run_exact(ReduceOp op, DataType wire, bool hier, double pre, double post,
+               const std::string& tag) {
   const int rank = hvd::rank(), size = hvd::size();
   std::vector<Case> cases;
   int k = 0;
@@ -334,8 +361,8 @@ void run_exact(ReduceOp op, DataType wire, bool hier, double pre, double post, c
     for (int64_t n : all_sizes()) {
       for (bool in_place : {true, false}) {
         Case c;
-        c.name = "cmp." + tag + "." + op_str(op) + "." + type_str(t) + "." + std::to_string(n) + "." +
-                 std::to_string(k++);
+        c.name = "cmp." + tag + "." + op_str(op) + "." + type_str(t) + "." + std::to_string(n) +
+                 "." + std::to_string(k++);
         c.dtype = t;
         c.n = n;
         c.in_place = in_place;
@@ -354,23 +381,29 @@ void run_exact(ReduceOp op, DataType wire, bool hier, double pre, double post, c
     for (Case& c : cases) {
       hvd::TensorRef in = c.in.ref();
       hvd::TensorRef out = c.in_place ? in : c.out.ref();
-      c.handle = enqueue([&] { return hvd::allreduce_async(in, out, c.name, op, pre, post); }, c.name);
+      c.handle =
+          enqueue([&] { return hvd::allreduce_async(in, out, c.name, op, pre, post); }, c.name);
     }
     for (Case& c : cases) wait_ok(c.handle, c.name);
   }
   for (Case& c : cases) {
     if (!c.handle.valid()) continue;
     const Buffer& result = c.in_place ? c.in : c.out;
-    check_values(result, [&](int64_t i) { return expected_compressed(op, c.dtype, wire, hier, size, i, pre, post); },
-                 c.name);
+    check_values(
+        result,
+        [&](int64_t i) { return expected_compressed(op, c.dtype, wire, hier, size, i, pre, post); },
+        c.name);
     if (!c.in_place) {
-      check_values(c.in, [&](int64_t i) { return q_value(op, rank, i) * kNudge; },  // exact in float
-                   c.name + " input must be unchanged");
+      check_values(
+          c.in, [&](int64_t i) { return q_value(op, rank, i) * kNudge; },  // exact in float
+          c.name + " input must be unchanged");
     }
   }
 }
 
-TEST_P(Compression, SumEveryFloatDtypeSizeInAndOutOfPlace) { run_exact(ReduceOp::kSum, wire_, hier_, 1, 1, "plain"); }
+TEST_P(Compression, SumEveryFloatDtypeSizeInAndOutOfPlace) {
+  run_exact(ReduceOp::kSum, wire_, hier_, 1, 1, "plain");
+}
 TEST_P(Compression, AverageEveryFloatDtypeSizeInAndOutOfPlace) {
   run_exact(ReduceOp::kAverage, wire_, hier_, 1, 1, "plain");
 }
@@ -390,8 +423,10 @@ TEST_P(Compression, UncompressedResultWouldDiffer) {
   int64_t differ = 0;
   for (int64_t i = 0; i < 1000; ++i) {
     float plain = 0;
-    for (int r = 0; r < size; ++r) plain += static_cast<float>(q_value(ReduceOp::kSum, r, i) * kNudge);
-    const double compressed = expected_compressed(ReduceOp::kSum, DataType::kFloat32, wire_, hier_, size, i, 1, 1);
+    for (int r = 0; r < size; ++r)
+      plain += static_cast<float>(q_value(ReduceOp::kSum, r, i) * kNudge);
+    const double compressed =
+        expected_compressed(ReduceOp::kSum, DataType::kFloat32, wire_, hier_, size, i, 1, 1);
     if (static_cast<double>(plain) != compressed) ++differ;
   }
   EXPECT_GT(differ, 800);
@@ -410,7 +445,8 @@ TEST_P(Compression, JoinedRanksContributeTheIdentity) {
     for (ReduceOp op : all_ops()) {
       for (DataType t : {DataType::kFloat32, DataType::kFloat64}) {
         Case c;
-        c.name = std::string("cmp.join.") + op_str(op) + "." + type_str(t) + ".step" + std::to_string(s);
+        c.name =
+            std::string("cmp.join.") + op_str(op) + "." + type_str(t) + ".step" + std::to_string(s);
         c.dtype = t;
         c.n = kLen;
         c.in_place = true;
@@ -436,8 +472,12 @@ TEST_P(Compression, JoinedRanksContributeTheIdentity) {
       for (int j = 0; j < 2; ++j, ++k) {
         Case& c = cases[k];
         if (!c.handle.valid()) continue;
-        check_values(c.in, [&](int64_t i) {
-          return expected_over(op, c.dtype, wire_, hier_, contributors, i, 1, 1); }, c.name);
+        check_values(
+            c.in,
+            [&](int64_t i) {
+              return expected_over(op, c.dtype, wire_, hier_, contributors, i, 1, 1);
+            },
+            c.name);
       }
     }
   }
@@ -495,17 +535,20 @@ TEST_P(Compression, RandomValuesRoundOnceWithinTheBoundAndAgreeOnEveryRank) {
     }
     EXPECT_EQ(off_rule, 0) << name << ": elements not equal to the documented rounding";
     EXPECT_EQ(off_bound, 0) << name << ": elements beyond the error bound";
-    if (rank == 0) std::printf("[ info ] %s %s: worst error %.3g x sum|x| (unit roundoff %.3g)\n", GetParam().c_str(),
-                               name.c_str(), worst, u);
+    if (rank == 0)
+      std::printf("[ info ] %s %s: worst error %.3g x sum|x| (unit roundoff %.3g)\n",
+                  GetParam().c_str(), name.c_str(), worst, u);
     // The same bits on every rank.
-    const std::vector<int64_t> mine = {static_cast<int64_t>(fnv1a(data.data(), data.size() * sizeof(float)))};
+    const std::vector<int64_t> mine = {
+        static_cast<int64_t>(fnv1a(data.data(), data.size() * sizeof(float)))};
     std::vector<int64_t> all;
     {
       Watchdog w(name + " checksum");
       all = hvd::allgather(mine, name + ".checksum");
     }
     ASSERT_EQ(all.size(), static_cast<size_t>(size));
-    for (int r = 0; r < size; ++r) EXPECT_EQ(all[static_cast<size_t>(r)], mine[0]) << "rank " << r << " differs";
+    for (int r = 0; r < size; ++r)
+      EXPECT_EQ(all[static_cast<size_t>(r)], mine[0]) << "rank " << r << " differs";
   }
 }
 
@@ -518,12 +561,17 @@ TEST_P(Compression, FusedBatchOfMixedDtypesLeavesIntegersAnd16BitAlone) {
     int64_t n;
     double base;  // integers: base + rank, so the sum is size * base + size (size - 1) / 2
   };
-  const std::vector<Item> items = {{DataType::kFloat32, 1000, 0},    {DataType::kFloat32, 7, 0},
-                                   {DataType::kFloat32, 50000, 0},   {DataType::kFloat64, 3000, 0},
-                                   {DataType::kFloat64, 1, 0},       {DataType::kInt32, 5000, 100001},
+  const std::vector<Item> items = {{DataType::kFloat32, 1000, 0},
+                                   {DataType::kFloat32, 7, 0},
+                                   {DataType::kFloat32, 50000, 0},
+                                   {DataType::kFloat64, 3000, 0},
+                                   {DataType::kFloat64, 1, 0},
+                                   {DataType::kInt32, 5000, 100001},
                                    {DataType::kInt64, 5000, 1099511627776.0 + 3},
-                                   {DataType::kUInt8, 100, 10},      {DataType::kInt8, 100, -20},
-                                   {DataType::kFloat16, 2000, 0},    {DataType::kBFloat16, 2000, 0},
+                                   {DataType::kUInt8, 100, 10},
+                                   {DataType::kInt8, 100, -20},
+                                   {DataType::kFloat16, 2000, 0},
+                                   {DataType::kBFloat16, 2000, 0},
                                    {DataType::kFloat32, 20000, 0}};
   std::vector<Case> cases;
   for (size_t k = 0; k < items.size(); ++k) {
@@ -550,7 +598,8 @@ TEST_P(Compression, FusedBatchOfMixedDtypesLeavesIntegersAnd16BitAlone) {
     for (Case& c : cases) {
       hvd::TensorRef in = c.in.ref();
       hvd::TensorRef out = c.in_place ? in : c.out.ref();
-      c.handle = enqueue([&] { return hvd::allreduce_async(in, out, c.name, ReduceOp::kSum); }, c.name);
+      c.handle =
+          enqueue([&] { return hvd::allreduce_async(in, out, c.name, ReduceOp::kSum); }, c.name);
     }
     for (Case& c : cases) wait_ok(c.handle, c.name);
   }
@@ -560,19 +609,32 @@ TEST_P(Compression, FusedBatchOfMixedDtypesLeavesIntegersAnd16BitAlone) {
     const Buffer& result = c.in_place ? c.in : c.out;
     const Item& it = items[k];
     if (c.dtype == DataType::kFloat32 || c.dtype == DataType::kFloat64) {
-      check_values(result, [&](int64_t i) {
-        return expected_compressed(ReduceOp::kSum, c.dtype, wire_, hier_, size, i, 1, 1); }, c.name);
+      check_values(
+          result,
+          [&](int64_t i) {
+            return expected_compressed(ReduceOp::kSum, c.dtype, wire_, hier_, size, i, 1, 1);
+          },
+          c.name);
     } else if (is_16bit_float(c.dtype)) {
-      check_values(result, [&](int64_t i) {
-        double s = 0;
-        for (int r = 0; r < size; ++r) s += q_value(ReduceOp::kSum, r, i);
-        return s; }, c.name);
+      check_values(
+          result,
+          [&](int64_t i) {
+            double s = 0;
+            for (int r = 0; r < size; ++r) s += q_value(ReduceOp::kSum, r, i);
+            return s;
+          },
+          c.name);
     } else {
-      check_values(result, [&](int64_t i) {
-        const double s = size * (it.base + static_cast<double>(i % 3)) + size * (size - 1) / 2.0;
-        if (c.dtype == DataType::kUInt8) return static_cast<double>(static_cast<uint8_t>(s));
-        if (c.dtype == DataType::kInt8) return static_cast<double>(static_cast<int8_t>(s));
-        return s; }, c.name);
+      check_values(
+          result,
+          [&](int64_t i) {
+            const double s =
+                size * (it.base + static_cast<double>(i % 3)) + size * (size - 1) / 2.0;
+            if (c.dtype == DataType::kUInt8) return static_cast<double>(static_cast<uint8_t>(s));
+            if (c.dtype == DataType::kInt8) return static_cast<double>(static_cast<int8_t>(s));
+            return s;
+          },
+          c.name);
     }
   }
 }
@@ -581,8 +643,10 @@ TEST_P(Compression, FusedBatchOfMixedDtypesLeavesIntegersAnd16BitAlone) {
 TEST_P(Compression, WireBytesAreHalved) {
   const char* btl = std::getenv("OMPI_MCA_btl");
   if (hvd::size() == 1 || btl == nullptr || std::string(btl).find("tcp") == std::string::npos ||
-      std::string(btl).find("vader") != std::string::npos || std::string(btl).find("sm") != std::string::npos)
-    GTEST_SKIP() << "needs 2+ ranks and OMPI_MCA_btl=self,tcp (bytes are counted on the TCP sockets)";
+      std::string(btl).find("vader") != std::string::npos ||
+      std::string(btl).find("sm") != std::string::npos)
+    GTEST_SKIP()
+        << "needs 2+ ranks and OMPI_MCA_btl=self,tcp (bytes are counted on the TCP sockets)";
   if (written_bytes() < 0) GTEST_SKIP() << "/proc/self/io is not readable here";
   constexpr int64_t n = int64_t{1} << 22;  // 16 MiB of float32
   const int size = hvd::size();
@@ -600,7 +664,8 @@ TEST_P(Compression, WireBytesAreHalved) {
       hvd::barrier();
       const int64_t before = written_bytes();
       hvd::TensorRef ref = b.ref();
-      hvd::Handle h = enqueue([&] { return hvd::allreduce_async(ref, ref, name, ReduceOp::kSum); }, name);
+      hvd::Handle h =
+          enqueue([&] { return hvd::allreduce_async(ref, ref, name, ReduceOp::kSum); }, name);
       wait_ok(h, name);
       if (rep > 0) samples.push_back(written_bytes() - before);  // the first one warms up
     }
@@ -610,15 +675,19 @@ TEST_P(Compression, WireBytesAreHalved) {
     hvd::allreduce(total, name + ".total", ReduceOp::kSum);
     return static_cast<double>(total[0]);
   };
-  const double f32_none = measure("none", DataType::kFloat32), f64_none = measure("none", DataType::kFloat64),
+  const double f32_none = measure("none", DataType::kFloat32),
+               f64_none = measure("none", DataType::kFloat64),
                i32_none = measure("none", DataType::kInt32);
-  const double f32 = measure(GetParam(), DataType::kFloat32), f64 = measure(GetParam(), DataType::kFloat64),
+  const double f32 = measure(GetParam(), DataType::kFloat32),
+               f64 = measure(GetParam(), DataType::kFloat64),
                i32 = measure(GetParam(), DataType::kInt32);
   if (hvd::rank() == 0)
-    std::printf("[ info ] %d ranks, bytes written by all ranks per all-reduce of %lld elements: float32 %.0f -> %.0f "
-                "(%.3f), float64 %.0f -> %.0f (%.3f), int32 %.0f -> %.0f (%.3f) with %s\n",
-                size, static_cast<long long>(n), f32_none, f32, f32 / f32_none, f64_none, f64, f64 / f64_none,
-                i32_none, i32, i32 / i32_none, GetParam().c_str());
+    std::printf(
+        "[ info ] %d ranks, bytes written by all ranks per all-reduce of %lld elements: float32 "
+        "%.0f -> %.0f "
+        "(%.3f), float64 %.0f -> %.0f (%.3f), int32 %.0f -> %.0f (%.3f) with %s\n",
+        size, static_cast<long long>(n), f32_none, f32, f32 / f32_none, f64_none, f64,
+        f64 / f64_none, i32_none, i32, i32 / i32_none, GetParam().c_str());
   // Any all-reduce algorithm moves at least 2 (p-1)/p of the buffer per rank (a ring moves exactly
   // that; Open MPI's choice for 3 ranks moves more).
   EXPECT_GE(f32_none, 2.0 * (size - 1) * n * 4 * 0.99);
@@ -631,7 +700,8 @@ TEST_P(Compression, WireBytesAreHalved) {
   EXPECT_NEAR(i32 / i32_none, 1.0, 0.05);  // integers are not compressed
 }
 
-INSTANTIATE_TEST_SUITE_P(Wire, Compression, testing::Values(std::string("fp16"), std::string("bf16")),
+INSTANTIATE_TEST_SUITE_P(Wire, Compression,
+                         testing::Values(std::string("fp16"), std::string("bf16")),
                          [](const testing::TestParamInfo<std::string>& p) { return p.param; });
 
 TEST(CompressionConfig, BadValueFailsInitNamingTheVariable) {

@@ -31,12 +31,14 @@ std::string expect_hvd_error(const std::function<hvd::Handle()>& op, const std::
     EXPECT_EQ(repeated_prefix(e.what()), "") << what << ": " << e.what();
     if (expect_invalid_argument) {
       EXPECT_NE(dynamic_cast<const hvd::InvalidArgumentError*>(&e), nullptr)
-          << what << ": expected hvd::InvalidArgumentError (include/hvd/error.h: mismatched tensors, bad "
+          << what
+          << ": expected hvd::InvalidArgumentError (include/hvd/error.h: mismatched tensors, bad "
           << "arguments), got another hvd::Error: " << e.what();
     }
     return e.what();
   } catch (const std::exception& e) {
-    ADD_FAILURE() << what << ": threw a non-hvd exception on rank " << hvd::rank() << ": " << e.what();
+    ADD_FAILURE() << what << ": threw a non-hvd exception on rank " << hvd::rank() << ": "
+                  << e.what();
     return e.what();
   }
   ADD_FAILURE() << what << ": no error on rank " << hvd::rank();
@@ -69,8 +71,11 @@ TEST_F(Errors, MismatchedShapeFailsOnEveryRank) {
   std::vector<float> data(8, 1.0f);
   const int64_t n = rank_ == 0 ? 4 : 8;  // rank 0 sends [4], the others [8]
   const std::string msg = expect_hvd_error(
-      [&] { return hvd::allreduce_async(hvd::TensorRef(data.data(), DataType::kFloat32, {n}),
-                                        hvd::TensorRef(data.data(), DataType::kFloat32, {n}), name, ReduceOp::kSum); },
+      [&] {
+        return hvd::allreduce_async(hvd::TensorRef(data.data(), DataType::kFloat32, {n}),
+                                    hvd::TensorRef(data.data(), DataType::kFloat32, {n}), name,
+                                    ReduceOp::kSum);
+      },
       name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
   EXPECT_TRUE(contains_ci(msg, "shape")) << msg;
@@ -83,7 +88,11 @@ TEST_F(Errors, MismatchedShapeSameElementCountFails) {
   std::vector<float> data(12, 1.0f);
   std::vector<int64_t> shape = rank_ == 0 ? std::vector<int64_t>{3, 4} : std::vector<int64_t>{4, 3};
   const std::string msg = expect_hvd_error(
-      [&] { hvd::TensorRef t(data.data(), DataType::kFloat32, shape); return hvd::allreduce_async(t, t, name); }, name);
+      [&] {
+        hvd::TensorRef t(data.data(), DataType::kFloat32, shape);
+        return hvd::allreduce_async(t, t, name);
+      },
+      name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
   EXPECT_TRUE(contains_ci(msg, "shape")) << msg;
   expect_still_usable(name);
@@ -95,9 +104,15 @@ TEST_F(Errors, MismatchedDtypeFailsOnEveryRank) {
   std::vector<int32_t> data(5, 1);  // 4-byte elements either way
   const DataType t = rank_ == 0 ? DataType::kFloat32 : DataType::kInt32;
   const std::string msg = expect_hvd_error(
-      [&] { hvd::TensorRef ref(data.data(), t, {5}); return hvd::allreduce_async(ref, ref, name, ReduceOp::kSum); }, name);
+      [&] {
+        hvd::TensorRef ref(data.data(), t, {5});
+        return hvd::allreduce_async(ref, ref, name, ReduceOp::kSum);
+      },
+      name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
-  EXPECT_TRUE(contains_ci(msg, "type") || (contains_ci(msg, "float32") && contains_ci(msg, "int32"))) << msg;
+  EXPECT_TRUE(contains_ci(msg, "type") ||
+              (contains_ci(msg, "float32") && contains_ci(msg, "int32")))
+      << msg;
   expect_still_usable(name);
 }
 
@@ -107,10 +122,14 @@ TEST_F(Errors, MismatchedReduceOpFailsOnEveryRank) {
   std::vector<double> data(3, 1.0);
   const ReduceOp op = rank_ == 0 ? ReduceOp::kSum : ReduceOp::kMax;
   const std::string msg = expect_hvd_error(
-      [&] { hvd::TensorRef ref(data.data(), DataType::kFloat64, {3}); return hvd::allreduce_async(ref, ref, name, op); },
+      [&] {
+        hvd::TensorRef ref(data.data(), DataType::kFloat64, {3});
+        return hvd::allreduce_async(ref, ref, name, op);
+      },
       name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
-  EXPECT_TRUE(contains_ci(msg, "op") || (contains_ci(msg, "sum") && contains_ci(msg, "max"))) << msg;
+  EXPECT_TRUE(contains_ci(msg, "op") || (contains_ci(msg, "sum") && contains_ci(msg, "max")))
+      << msg;
   expect_still_usable(name);
 }
 
@@ -152,7 +171,11 @@ TEST_F(Errors, MismatchedBroadcastRootFailsOnEveryRank) {
   std::vector<float> data(4, static_cast<float>(rank_));
   const int root = rank_ == 0 ? 0 : 1;
   const std::string msg = expect_hvd_error(
-      [&] { return hvd::broadcast_async(hvd::TensorRef(data.data(), DataType::kFloat32, {4}), root, name); }, name);
+      [&] {
+        return hvd::broadcast_async(hvd::TensorRef(data.data(), DataType::kFloat32, {4}), root,
+                                    name);
+      },
+      name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
   EXPECT_TRUE(contains_ci(msg, "root")) << msg;
   expect_still_usable(name);
@@ -165,7 +188,8 @@ TEST_F(Errors, DifferentCollectivesUnderOneNameFailOnEveryRank) {
   const std::string msg = expect_hvd_error(
       [&] {
         hvd::TensorRef ref(data.data(), DataType::kFloat32, {4});
-        return rank_ == 0 ? hvd::allreduce_async(ref, ref, name, ReduceOp::kSum) : hvd::allgather_async(ref, name);
+        return rank_ == 0 ? hvd::allreduce_async(ref, ref, name, ReduceOp::kSum)
+                          : hvd::allgather_async(ref, name);
       },
       name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
@@ -176,9 +200,13 @@ TEST_F(Errors, MismatchedAllgatherInnerDimensionsFail) {
   SKIP_IF_ONE_RANK();
   const std::string name = "err.allgather.inner";
   std::vector<float> data(12, 1.0f);
-  std::vector<int64_t> shape = rank_ == 0 ? std::vector<int64_t>{2, 6} : std::vector<int64_t>{2, 3, 2};
+  std::vector<int64_t> shape =
+      rank_ == 0 ? std::vector<int64_t>{2, 6} : std::vector<int64_t>{2, 3, 2};
   const std::string msg = expect_hvd_error(
-      [&] { return hvd::allgather_async(hvd::TensorRef(data.data(), DataType::kFloat32, shape), name); }, name);
+      [&] {
+        return hvd::allgather_async(hvd::TensorRef(data.data(), DataType::kFloat32, shape), name);
+      },
+      name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
   EXPECT_TRUE(contains_ci(msg, "shape")) << msg;
   expect_still_usable(name);
@@ -189,9 +217,14 @@ TEST_F(Errors, BroadcastRootOutOfRange) {
     const std::string name = "err.root_range." + std::to_string(root + 1);
     std::vector<int32_t> data(3, 1);
     const std::string msg = expect_hvd_error(
-        [&] { return hvd::broadcast_async(hvd::TensorRef(data.data(), DataType::kInt32, {3}), root, name); }, name);
+        [&] {
+          return hvd::broadcast_async(hvd::TensorRef(data.data(), DataType::kInt32, {3}), root,
+                                      name);
+        },
+        name);
     EXPECT_TRUE(contains_ci(msg, "root")) << msg;
-    EXPECT_NE(msg.find(std::to_string(root)), std::string::npos) << "the message should name the bad root: " << msg;
+    EXPECT_NE(msg.find(std::to_string(root)), std::string::npos)
+        << "the message should name the bad root: " << msg;
     expect_still_usable(name);
   }
 }
@@ -202,7 +235,11 @@ TEST_F(Errors, AlltoallSplitsThatDoNotAddUp) {
   std::vector<int64_t> splits(size_, 1);
   splits[0] = 12 - size_;  // sums to 11 rows, the tensor has 10
   const std::string msg = expect_hvd_error(
-      [&] { return hvd::alltoall_async(hvd::TensorRef(data.data(), DataType::kFloat32, {10}), splits, name); }, name);
+      [&] {
+        return hvd::alltoall_async(hvd::TensorRef(data.data(), DataType::kFloat32, {10}), splits,
+                                   name);
+      },
+      name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
   expect_still_usable(name);
 }
@@ -213,7 +250,11 @@ TEST_F(Errors, AlltoallSplitsWithTheWrongCount) {
   std::vector<int64_t> splits(static_cast<std::size_t>(size_) + 1, 0);
   splits[0] = 10;  // adds up, but one entry too many
   const std::string msg = expect_hvd_error(
-      [&] { return hvd::alltoall_async(hvd::TensorRef(data.data(), DataType::kFloat32, {10}), splits, name); }, name);
+      [&] {
+        return hvd::alltoall_async(hvd::TensorRef(data.data(), DataType::kFloat32, {10}), splits,
+                                   name);
+      },
+      name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
   expect_still_usable(name);
 }
@@ -230,7 +271,11 @@ TEST_F(Errors, AlltoallNegativeSplit) {
     splits[size_ - 1] = -1;
   }
   const std::string msg = expect_hvd_error(
-      [&] { return hvd::alltoall_async(hvd::TensorRef(data.data(), DataType::kFloat32, {4}), splits, name); }, name);
+      [&] {
+        return hvd::alltoall_async(hvd::TensorRef(data.data(), DataType::kFloat32, {4}), splits,
+                                   name);
+      },
+      name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
   expect_still_usable(name);
 }
@@ -238,9 +283,13 @@ TEST_F(Errors, AlltoallNegativeSplit) {
 TEST_F(Errors, AlltoallEqualPartsThatDoNotDivide) {
   if (size_ < 2) GTEST_SKIP() << "every row count divides by one rank";
   const std::string name = "err.splits.equal";
-  std::vector<float> data(static_cast<std::size_t>(size_) + 1, 1.0f);  // size + 1 rows, no splits given
+  std::vector<float> data(static_cast<std::size_t>(size_) + 1,
+                          1.0f);  // size + 1 rows, no splits given
   const std::string msg = expect_hvd_error(
-      [&] { return hvd::alltoall_async(hvd::TensorRef(data.data(), DataType::kFloat32, {size_ + 1}), {}, name); },
+      [&] {
+        return hvd::alltoall_async(hvd::TensorRef(data.data(), DataType::kFloat32, {size_ + 1}), {},
+                                   name);
+      },
       name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
   expect_still_usable(name);
@@ -268,15 +317,18 @@ TEST_F(Errors, DuplicateNameInFlight) {
       second_rejected = true;
       msg = e.what();
     } catch (const std::exception& e) {
-      ADD_FAILURE() << "the duplicate threw something other than hvd::InvalidArgumentError: " << e.what();
+      ADD_FAILURE() << "the duplicate threw something other than hvd::InvalidArgumentError: "
+                    << e.what();
       second_rejected = true;
     }
     wait_ok(first, name + " (first)");
   }
   EXPECT_TRUE(second_rejected) << "enqueueing '" << name << "' twice on one rank must be an error";
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
-  EXPECT_EQ(a, (std::vector<int32_t>{size_ * (size_ - 1) / 2, 10 * size_})) << "the first operation must succeed";
-  EXPECT_EQ(b, (std::vector<int32_t>{100, 100})) << "the rejected duplicate must not touch its buffer";
+  EXPECT_EQ(a, (std::vector<int32_t>{size_ * (size_ - 1) / 2, 10 * size_}))
+      << "the first operation must succeed";
+  EXPECT_EQ(b, (std::vector<int32_t>{100, 100}))
+      << "the rejected duplicate must not touch its buffer";
   expect_still_usable(name);
 }
 
@@ -288,7 +340,10 @@ TEST_F(Errors, AlltoallBadSplitsOnOneRankOnlyFailEverywhere) {
   std::vector<int64_t> splits(size_, 1);
   if (rank_ == 0) splits[0] = 2;  // sums to size + 1 on rank 0 only
   const std::string msg = expect_hvd_error(
-      [&] { return hvd::alltoall_async(hvd::TensorRef(data.data(), DataType::kFloat32, {size_}), splits, name); },
+      [&] {
+        return hvd::alltoall_async(hvd::TensorRef(data.data(), DataType::kFloat32, {size_}), splits,
+                                   name);
+      },
       name);
   EXPECT_NE(msg.find(name), std::string::npos) << msg;
   expect_still_usable(name);

@@ -81,8 +81,8 @@ class OutputCapture {
   int saved_out_ = -1, saved_err_ = -1;
 };
 
-OpBatch batch_of(DataType t, ReduceOp op, int size, std::vector<Buffer>& ins, std::vector<Buffer>& outs,
-                 double prescale = 1.0, double postscale = 1.0) {
+OpBatch batch_of(DataType t, ReduceOp op, int size, std::vector<Buffer>& ins,
+                 std::vector<Buffer>& outs, double prescale = 1.0, double postscale = 1.0) {
   OpBatch b;
   b.type = CollectiveType::kAllreduce;
   b.dtype = t;
@@ -131,13 +131,15 @@ TEST(HierarchicalOp, DecisionFollowsTheFakeTopologyAndIsLogged) {
       EXPECT_NE(log.find("one node"), std::string::npos) << log;
     }
   } else {
-    EXPECT_EQ(log.find("hierarchical"), std::string::npos) << "only rank 0 logs the decision: " << log;
+    EXPECT_EQ(log.find("hierarchical"), std::string::npos)
+        << "only rank 0 logs the decision: " << log;
   }
 }
 
 TEST(HierarchicalOp, EveryOpDtypeAndSizeOnTwoByTwo) {
   const int size = world_size(), rank = world_rank();
-  if (size != 4) GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
+  if (size != 4)
+    GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
   hvd::ops::mpi::MpiContext ctx(2);
   hvd::ops::FusionBuffer buffer;
   MpiHierarchicalAllreduce op(ctx, buffer);
@@ -151,13 +153,17 @@ TEST(HierarchicalOp, EveryOpDtypeAndSizeOnTwoByTwo) {
           OpBatch b = batch_of(t, rop, size, ins, outs);
           ASSERT_TRUE(op.enabled(b));
           op.execute(b);
-          const std::string what = std::string("hierarchical ") + op_str(rop) + " n=" + std::to_string(n) +
+          const std::string what = std::string("hierarchical ") + op_str(rop) +
+                                   " n=" + std::to_string(n) +
                                    (in_place ? " in place" : " out of place");
           const double tol = (rop == ReduceOp::kAverage && is_16bit_float(t)) ? 1e-3 : 0.0;
-          check_values(in_place ? ins[0] : outs[0], [&](int64_t i) { return reduce_expected(rop, t, size, i, 1, 1); },
-                       what, tol);
+          check_values(
+              in_place ? ins[0] : outs[0],
+              [&](int64_t i) { return reduce_expected(rop, t, size, i, 1, 1); }, what, tol);
           if (!in_place) {  // the input is left alone
-            check_values(ins[0], [&](int64_t i) { return reduce_contrib(rop, t, rank, size, i); }, what + " input");
+            check_values(
+                ins[0], [&](int64_t i) { return reduce_contrib(rop, t, rank, size, i); },
+                what + " input");
           }
         }
       }
@@ -170,40 +176,48 @@ TEST(HierarchicalOp, EveryOpDtypeAndSizeOnTwoByTwo) {
 // before): several chunks, sizes that divide by nothing, 16- and 64-bit types.
 TEST(HierarchicalOp, PipelinedChunksOnTwoByTwo) {
   const int size = world_size(), rank = world_rank();
-  if (size != 4) GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
+  if (size != 4)
+    GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
   hvd::ops::mpi::MpiContext ctx(2);
   hvd::ops::FusionBuffer buffer;
   MpiHierarchicalAllreduce op(ctx, buffer);
-  for (auto [t, n] : {std::pair{DataType::kFloat32, int64_t{9000007}}, std::pair{DataType::kFloat16, int64_t{12000011}},
+  for (auto [t, n] : {std::pair{DataType::kFloat32, int64_t{9000007}},
+                      std::pair{DataType::kFloat16, int64_t{12000011}},
                       std::pair{DataType::kFloat64, int64_t{4000037}}}) {
     for (ReduceOp rop : {ReduceOp::kSum, ReduceOp::kMax}) {
       std::vector<Buffer> ins{Buffer(t, n)}, outs;
       ins[0].fill([&](int64_t i) { return reduce_contrib(rop, t, rank, size, i); });
       OpBatch b = batch_of(t, rop, size, ins, outs);
       op.execute(b);
-      check_values(ins[0], [&](int64_t i) { return reduce_expected(rop, t, size, i, 1, 1); },
-                   std::string("pipelined hierarchical ") + op_str(rop) + " n=" + std::to_string(n));
+      check_values(
+          ins[0], [&](int64_t i) { return reduce_expected(rop, t, size, i, 1, 1); },
+          std::string("pipelined hierarchical ") + op_str(rop) + " n=" + std::to_string(n));
     }
   }
 }
 
 TEST(HierarchicalOp, FusedBatchWithScalingOnTwoByTwo) {
   const int size = world_size(), rank = world_rank();
-  if (size != 4) GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
+  if (size != 4)
+    GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
   hvd::ops::mpi::MpiContext ctx(2);
   hvd::ops::FusionBuffer buffer;
   MpiHierarchicalAllreduce op(ctx, buffer);
-  for (DataType t : {DataType::kFloat32, DataType::kFloat16, DataType::kInt32, DataType::kFloat64}) {
+  for (DataType t :
+       {DataType::kFloat32, DataType::kFloat16, DataType::kInt32, DataType::kFloat64}) {
     std::vector<Buffer> ins, outs;
     for (int k = 0; k < 9; ++k) {  // sizes 0, 1, 3, ..., odd totals
       ins.emplace_back(t, (k * 5) % 11);
-      ins.back().fill([&](int64_t i) { return reduce_contrib(ReduceOp::kSum, t, rank, size, i + k); });
+      ins.back().fill(
+          [&](int64_t i) { return reduce_contrib(ReduceOp::kSum, t, rank, size, i + k); });
     }
     OpBatch b = batch_of(t, ReduceOp::kSum, size, ins, outs, 2.0, 0.25);
     op.execute(b);
     for (int k = 0; k < 9; ++k)
-      check_values(ins[k], [&](int64_t i) { return reduce_expected(ReduceOp::kSum, t, size, i + k, 2.0, 0.25); },
-                   "fused hierarchical tensor " + std::to_string(k));
+      check_values(
+          ins[k],
+          [&](int64_t i) { return reduce_expected(ReduceOp::kSum, t, size, i + k, 2.0, 0.25); },
+          "fused hierarchical tensor " + std::to_string(k));
   }
 }
 
@@ -225,9 +239,10 @@ TEST(HierarchicalOp, RingsOfThreeOnSixRanks) {
           OpBatch b = batch_of(t, rop, size, ins, outs);
           ASSERT_TRUE(op.enabled(b)) << "local size " << local;
           op.execute(b);
-          check_values(ins[0], [&](int64_t i) { return reduce_expected(rop, t, size, i, 1, 1); },
-                       std::string("hierarchical ") + op_str(rop) + " on " + std::to_string(size / local) + " x " +
-                           std::to_string(local) + " n=" + std::to_string(n));
+          check_values(
+              ins[0], [&](int64_t i) { return reduce_expected(rop, t, size, i, 1, 1); },
+              std::string("hierarchical ") + op_str(rop) + " on " + std::to_string(size / local) +
+                  " x " + std::to_string(local) + " n=" + std::to_string(n));
         }
       }
     }
@@ -248,14 +263,17 @@ TEST_F(HierarchicalApi, AllreduceIsCorrectOnFakeNodes) {
       }
       Watchdog w(std::string("hierarchical api ") + op_str(op));
       for (size_t k = 0; k < bufs.size(); ++k) {
-        const std::string name = std::string("hier.") + op_str(op) + "." + type_str(t) + "." + std::to_string(k);
-        handles.push_back(enqueue([&] { return hvd::allreduce_async(bufs[k].ref(), bufs[k].ref(), name, op); }, name));
+        const std::string name =
+            std::string("hier.") + op_str(op) + "." + type_str(t) + "." + std::to_string(k);
+        handles.push_back(enqueue(
+            [&] { return hvd::allreduce_async(bufs[k].ref(), bufs[k].ref(), name, op); }, name));
       }
       for (size_t k = 0; k < bufs.size(); ++k) {
         if (!wait_ok(handles[k], "hier api")) continue;
         const double tol = (op == ReduceOp::kAverage && is_16bit_float(t)) ? 1e-3 : 0.0;
-        check_values(bufs[k], [&](int64_t i) { return reduce_expected(op, t, size_, i, 1, 1); },
-                     std::string("hierarchical api ") + op_str(op), tol);
+        check_values(
+            bufs[k], [&](int64_t i) { return reduce_expected(op, t, size_, i, 1, 1); },
+            std::string("hierarchical api ") + op_str(op), tol);
       }
     }
   }

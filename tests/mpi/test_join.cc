@@ -12,18 +12,23 @@
 namespace hvdtest {
 namespace {
 
-const DataType kJoinTypes[] = {DataType::kInt32, DataType::kFloat32, DataType::kFloat16, DataType::kFloat64};
+const DataType kJoinTypes[] = {DataType::kInt32, DataType::kFloat32, DataType::kFloat16,
+                               DataType::kFloat64};
 
 // Rank r's element i at a step where ranks [lo, hi] contribute. Average: symmetric around
 // 3 + i%5 over the contributors, so the average over exactly those ranks is exact (dividing by
 // all ranks instead would be visibly wrong).
 double join_value(ReduceOp op, DataType t, int r, int lo, int hi, int64_t i) {
   switch (op) {
-    case ReduceOp::kAverage: return static_cast<double>(3 + i % 5 + 2 * r - (lo + hi));
-    case ReduceOp::kSum: return static_cast<double>(1 + i % 5 + r);
+    case ReduceOp::kAverage:
+      return static_cast<double>(3 + i % 5 + 2 * r - (lo + hi));
+    case ReduceOp::kSum:
+      return static_cast<double>(1 + i % 5 + r);
     case ReduceOp::kMin:
-    case ReduceOp::kMax: return static_cast<double>((i * 7 + r * 3) % 11 - 5);
-    case ReduceOp::kProduct: return static_cast<double>(((i + r) % 2) ? -2 : 1);
+    case ReduceOp::kMax:
+      return static_cast<double>((i * 7 + r * 3) % 11 - 5);
+    case ReduceOp::kProduct:
+      return static_cast<double>(((i + r) % 2) ? -2 : 1);
   }
   (void)t;
   return 0;
@@ -35,10 +40,18 @@ double join_expected(ReduceOp op, DataType t, int lo, int hi, int64_t i) {
     const double v = join_value(op, t, r, lo, hi, i);
     switch (op) {
       case ReduceOp::kAverage:
-      case ReduceOp::kSum: acc += v; break;
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kProduct: acc *= v; break;
+      case ReduceOp::kSum:
+        acc += v;
+        break;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
     }
   }
   if (op == ReduceOp::kAverage) acc /= (hi - lo + 1);
@@ -72,7 +85,8 @@ void run_join(const std::function<int(int)>& steps_of, const std::string& tag) {
     for (ReduceOp op : all_ops()) {
       for (DataType t : kJoinTypes) {
         Item it;
-        it.name = "join." + tag + "." + op_str(op) + "." + type_str(t) + ".step" + std::to_string(s);
+        it.name =
+            "join." + tag + "." + op_str(op) + "." + type_str(t) + ".step" + std::to_string(s);
         it.op = op;
         it.t = t;
         it.buf = Buffer(t, kLen);
@@ -91,8 +105,10 @@ void run_join(const std::function<int(int)>& steps_of, const std::string& tag) {
     for (Item& it : items) {
       if (!it.h.valid()) continue;
       const double tol = (it.op == ReduceOp::kAverage && it.t == DataType::kFloat16) ? 1e-3 : 0.0;
-      check_values(it.buf, [&](int64_t i) { return join_expected(it.op, it.t, lo, hi, i); },
-                   it.name + " (contributors: ranks " + std::to_string(lo) + ".." + std::to_string(hi) + ")", tol);
+      check_values(
+          it.buf, [&](int64_t i) { return join_expected(it.op, it.t, lo, hi, i); },
+          it.name + " (contributors: ranks " + std::to_string(lo) + ".." + std::to_string(hi) + ")",
+          tol);
     }
   }
   int joined_last = -1;
@@ -113,7 +129,8 @@ void run_join(const std::function<int(int)>& steps_of, const std::string& tag) {
   } catch (const std::exception& e) {
     ADD_FAILURE() << "allreduce after join threw: " << e.what();
   }
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(v[i], size * i + size * (size - 1) / 2) << "after join, element " << i;
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(v[i], size * i + size * (size - 1) / 2) << "after join, element " << i;
 }
 
 class Join : public HvdTest {};

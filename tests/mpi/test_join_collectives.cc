@@ -32,7 +32,8 @@ std::vector<int> active_at(int step, int size, const std::function<int(int)>& st
 using StepFn = std::function<void(const std::string& name, const std::vector<int>& active)>;
 
 // Runs the scenario for one collective; `step` checks one call with the given active ranks.
-void run_scenario(const std::string& tag, const std::function<int(int)>& steps_of, const StepFn& step) {
+void run_scenario(const std::string& tag, const std::function<int(int)>& steps_of,
+                  const StepFn& step) {
   const int rank = hvd::rank(), size = hvd::size();
   int max_steps = 0, last = 0;
   for (int r = 0; r < size; ++r)
@@ -85,7 +86,8 @@ class JoinCollectives : public HvdTest {};
 
 TEST_F(JoinCollectives, BarrierReleasesAmongRanksThatHaveNotJoined) {
   for (const auto& [sc, steps_of] : scenarios())
-    run_scenario("barrier." + sc, steps_of, [](const std::string&, const std::vector<int>&) { hvd::barrier(); });
+    run_scenario("barrier." + sc, steps_of,
+                 [](const std::string&, const std::vector<int>&) { hvd::barrier(); });
 }
 
 // The program: rank 0 joins at once, the others barrier and join; then a barrier for all.
@@ -107,85 +109,96 @@ TEST_F(JoinCollectives, BarrierAfterABarrierThatAJoinedRankSkipped) {
 
 TEST_F(JoinCollectives, AllreduceJoinedRanksContributeIdentity) {
   for (const auto& [sc, steps_of] : scenarios()) {
-    run_scenario("allreduce." + sc, steps_of, [](const std::string& name, const std::vector<int>& active) {
-      const int rank = hvd::rank();
-      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
-        const std::string n = name + "." + op_str(op);
-        std::vector<float> v(7);
-        for (int i = 0; i < 7; ++i) v[i] = static_cast<float>((rank + 1) * (i + 1));
-        try {
-          hvd::allreduce(v, n, op);
-        } catch (const std::exception& e) {
-          ADD_FAILURE() << n << " threw on rank " << rank << ": " << e.what();
-          continue;
-        }
-        for (int i = 0; i < 7; ++i) {
-          double sum = 0, mx = -1e30;
-          for (int r : active) sum += (r + 1) * (i + 1), mx = std::max<double>(mx, (r + 1) * (i + 1));
-          const double want = op == ReduceOp::kSum ? sum : op == ReduceOp::kAverage ? sum / active.size() : mx;
-          EXPECT_NEAR(v[i], want, 1e-4 * want) << n << " element " << i << " on rank " << rank;
-        }
-      }
-    });
+    run_scenario(
+        "allreduce." + sc, steps_of, [](const std::string& name, const std::vector<int>& active) {
+          const int rank = hvd::rank();
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
+            const std::string n = name + "." + op_str(op);
+            std::vector<float> v(7);
+            for (int i = 0; i < 7; ++i) v[i] = static_cast<float>((rank + 1) * (i + 1));
+            try {
+              hvd::allreduce(v, n, op);
+            } catch (const std::exception& e) {
+              ADD_FAILURE() << n << " threw on rank " << rank << ": " << e.what();
+              continue;
+            }
+            for (int i = 0; i < 7; ++i) {
+              double sum = 0, mx = -1e30;
+              for (int r : active)
+                sum += (r + 1) * (i + 1), mx = std::max<double>(mx, (r + 1) * (i + 1));
+              const double want = op == ReduceOp::kSum       ? sum
+                                  : op == ReduceOp::kAverage ? sum / active.size()
+                                                             : mx;
+              EXPECT_NEAR(v[i], want, 1e-4 * want) << n << " element " << i << " on rank " << rank;
+            }
+          }
+        });
   }
 }
 
 TEST_F(JoinCollectives, GroupedAllreduceJoinedRanksContributeIdentity) {
   for (const auto& [sc, steps_of] : scenarios()) {
-    run_scenario("grouped." + sc, steps_of, [](const std::string& name, const std::vector<int>& active) {
-      const int rank = hvd::rank();
-      std::vector<std::vector<int64_t>> bufs(3);
-      std::vector<hvd::TensorRef> refs;
-      for (int k = 0; k < 3; ++k) {
-        bufs[k].resize(static_cast<size_t>(k + 2));
-        for (size_t i = 0; i < bufs[k].size(); ++i) bufs[k][i] = (rank + 1) * 10 + k + static_cast<int64_t>(i);
-        refs.emplace_back(bufs[k].data(), DataType::kInt64, std::vector<int64_t>{k + 2});
-      }
-      hvd::Handle h = enqueue([&] { return hvd::grouped_allreduce_async(refs, refs, name, ReduceOp::kSum); }, name);
-      if (!wait_ok(h, name)) return;
-      for (int k = 0; k < 3; ++k)
-        for (size_t i = 0; i < bufs[k].size(); ++i) {
-          int64_t want = 0;
-          for (int r : active) want += (r + 1) * 10 + k + static_cast<int64_t>(i);
-          EXPECT_EQ(bufs[k][i], want) << name << " tensor " << k << " element " << i << " on rank " << rank;
-        }
-    });
+    run_scenario(
+        "grouped." + sc, steps_of, [](const std::string& name, const std::vector<int>& active) {
+          const int rank = hvd::rank();
+          std::vector<std::vector<int64_t>> bufs(3);
+          std::vector<hvd::TensorRef> refs;
+          for (int k = 0; k < 3; ++k) {
+            bufs[k].resize(static_cast<size_t>(k + 2));
+            for (size_t i = 0; i < bufs[k].size(); ++i)
+              bufs[k][i] = (rank + 1) * 10 + k + static_cast<int64_t>(i);
+            refs.emplace_back(bufs[k].data(), DataType::kInt64, std::vector<int64_t>{k + 2});
+          }
+          hvd::Handle h = enqueue(
+              [&] { return hvd::grouped_allreduce_async(refs, refs, name, ReduceOp::kSum); }, name);
+          if (!wait_ok(h, name)) return;
+          for (int k = 0; k < 3; ++k)
+            for (size_t i = 0; i < bufs[k].size(); ++i) {
+              int64_t want = 0;
+              for (int r : active) want += (r + 1) * 10 + k + static_cast<int64_t>(i);
+              EXPECT_EQ(bufs[k][i], want)
+                  << name << " tensor " << k << " element " << i << " on rank " << rank;
+            }
+        });
   }
 }
 
 TEST_F(JoinCollectives, AllgatherJoinedRanksContributeNoRows) {
   for (const auto& [sc, steps_of] : scenarios()) {
-    run_scenario("allgather." + sc, steps_of, [](const std::string& name, const std::vector<int>& active) {
-      const int rank = hvd::rank();
-      // Rank r sends r + 1 rows of 2 values: (r, row).
-      std::vector<int32_t> mine;
-      for (int row = 0; row <= rank; ++row) mine.insert(mine.end(), {rank, row});
-      hvd::TensorRef in(mine.data(), DataType::kInt32, {rank + 1, 2});
-      hvd::Handle h = enqueue([&] { return hvd::allgather_async(in, name); }, name);
-      if (!wait_ok(h, name)) return;
-      std::vector<int32_t> want;
-      for (int r : active)
-        for (int row = 0; row <= r; ++row) want.insert(want.end(), {r, row});
-      EXPECT_EQ(h.output().to_vector<int32_t>(), want) << name << " on rank " << rank;
-    });
+    run_scenario("allgather." + sc, steps_of,
+                 [](const std::string& name, const std::vector<int>& active) {
+                   const int rank = hvd::rank();
+                   // Rank r sends r + 1 rows of 2 values: (r, row).
+                   std::vector<int32_t> mine;
+                   for (int row = 0; row <= rank; ++row) mine.insert(mine.end(), {rank, row});
+                   hvd::TensorRef in(mine.data(), DataType::kInt32, {rank + 1, 2});
+                   hvd::Handle h = enqueue([&] { return hvd::allgather_async(in, name); }, name);
+                   if (!wait_ok(h, name)) return;
+                   std::vector<int32_t> want;
+                   for (int r : active)
+                     for (int row = 0; row <= r; ++row) want.insert(want.end(), {r, row});
+                   EXPECT_EQ(h.output().to_vector<int32_t>(), want) << name << " on rank " << rank;
+                 });
   }
 }
 
 TEST_F(JoinCollectives, BroadcastFromARankThatHasNotJoined) {
   for (const auto& [sc, steps_of] : scenarios()) {
-    run_scenario("broadcast." + sc, steps_of, [](const std::string& name, const std::vector<int>& active) {
-      const int rank = hvd::rank();
-      const int root = active.back();  // active at this step on every caller
-      std::vector<double> v(5);
-      for (int i = 0; i < 5; ++i) v[i] = rank * 100 + i;
-      try {
-        hvd::broadcast(v, root, name);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << name << " threw on rank " << rank << ": " << e.what();
-        return;
-      }
-      for (int i = 0; i < 5; ++i) EXPECT_EQ(v[i], root * 100 + i) << name << " on rank " << rank;
-    });
+    run_scenario("broadcast." + sc, steps_of,
+                 [](const std::string& name, const std::vector<int>& active) {
+                   const int rank = hvd::rank();
+                   const int root = active.back();  // active at this step on every caller
+                   std::vector<double> v(5);
+                   for (int i = 0; i < 5; ++i) v[i] = rank * 100 + i;
+                   try {
+                     hvd::broadcast(v, root, name);
+                   } catch (const std::exception& e) {
+                     ADD_FAILURE() << name << " threw on rank " << rank << ": " << e.what();
+                     return;
+                   }
+                   for (int i = 0; i < 5; ++i)
+                     EXPECT_EQ(v[i], root * 100 + i) << name << " on rank " << rank;
+                 });
   }
 }
 
@@ -218,50 +231,56 @@ TEST_F(JoinCollectives, BroadcastFromAJoinedRootFailsOnEveryCaller) {
 
 TEST_F(JoinCollectives, ReducescatterJoinedRanksContributeIdentity) {
   for (const auto& [sc, steps_of] : scenarios()) {
-    run_scenario("reducescatter." + sc, steps_of, [](const std::string& name, const std::vector<int>& active) {
-      const int rank = hvd::rank(), size = hvd::size();
-      const int rows = 2 * size + 1;  // not divisible: the first rank's block is one row larger
-      std::vector<float> in(static_cast<size_t>(rows) * 3);
-      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((rank + 1) * (static_cast<int>(i) + 1));
-      hvd::TensorRef ref(in.data(), DataType::kFloat32, {rows, 3});
-      hvd::Handle h = enqueue([&] { return hvd::reducescatter_async(ref, name, ReduceOp::kSum); }, name);
-      if (!wait_ok(h, name)) return;
-      const int base = rows / size, extra = rows % size;
-      const int my_rows = base + (rank < extra ? 1 : 0);
-      const int first = rank * base + std::min(rank, extra);
-      std::vector<float> got = h.output().to_vector<float>();
-      ASSERT_EQ(got.size(), static_cast<size_t>(my_rows) * 3) << name;
-      double coef = 0;
-      for (int r : active) coef += r + 1;
-      for (int i = 0; i < my_rows * 3; ++i)
-        EXPECT_FLOAT_EQ(got[i], static_cast<float>(coef * (first * 3 + i + 1))) << name << " on rank " << rank;
-    });
+    run_scenario("reducescatter." + sc, steps_of,
+                 [](const std::string& name, const std::vector<int>& active) {
+                   const int rank = hvd::rank(), size = hvd::size();
+                   const int rows =
+                       2 * size + 1;  // not divisible: the first rank's block is one row larger
+                   std::vector<float> in(static_cast<size_t>(rows) * 3);
+                   for (size_t i = 0; i < in.size(); ++i)
+                     in[i] = static_cast<float>((rank + 1) * (static_cast<int>(i) + 1));
+                   hvd::TensorRef ref(in.data(), DataType::kFloat32, {rows, 3});
+                   hvd::Handle h = enqueue(
+                       [&] { return hvd::reducescatter_async(ref, name, ReduceOp::kSum); }, name);
+                   if (!wait_ok(h, name)) return;
+                   const int base = rows / size, extra = rows % size;
+                   const int my_rows = base + (rank < extra ? 1 : 0);
+                   const int first = rank * base + std::min(rank, extra);
+                   std::vector<float> got = h.output().to_vector<float>();
+                   ASSERT_EQ(got.size(), static_cast<size_t>(my_rows) * 3) << name;
+                   double coef = 0;
+                   for (int r : active) coef += r + 1;
+                   for (int i = 0; i < my_rows * 3; ++i)
+                     EXPECT_FLOAT_EQ(got[i], static_cast<float>(coef * (first * 3 + i + 1)))
+                         << name << " on rank " << rank;
+                 });
   }
 }
 
 TEST_F(JoinCollectives, AlltoallFailsOnEveryCallerWhileRanksHaveJoined) {
   for (const auto& [sc, steps_of] : scenarios()) {
-    run_scenario("alltoall." + sc, steps_of, [](const std::string& name, const std::vector<int>& active) {
-      const int rank = hvd::rank(), size = hvd::size();
-      std::vector<int32_t> in(static_cast<size_t>(size));
-      for (int r = 0; r < size; ++r) in[r] = rank * 10 + r;
-      hvd::TensorRef ref(in.data(), DataType::kInt32, {size});
-      hvd::Handle h = enqueue([&] { return hvd::alltoall_async(ref, {}, name); }, name);
-      if (!h.valid()) return;
-      if (static_cast<int>(active.size()) < size) {
-        try {
-          h.wait();
-          ADD_FAILURE() << name << " succeeded on rank " << rank << " while ranks had joined";
-        } catch (const hvd::Error& e) {
-          EXPECT_TRUE(contains_ci(e.what(), "call it before join()")) << e.what();
-        }
-        return;
-      }
-      if (!wait_ok(h, name)) return;
-      std::vector<int32_t> want(static_cast<size_t>(size));
-      for (int r = 0; r < size; ++r) want[r] = r * 10 + rank;
-      EXPECT_EQ(h.output().to_vector<int32_t>(), want) << name << " on rank " << rank;
-    });
+    run_scenario(
+        "alltoall." + sc, steps_of, [](const std::string& name, const std::vector<int>& active) {
+          const int rank = hvd::rank(), size = hvd::size();
+          std::vector<int32_t> in(static_cast<size_t>(size));
+          for (int r = 0; r < size; ++r) in[r] = rank * 10 + r;
+          hvd::TensorRef ref(in.data(), DataType::kInt32, {size});
+          hvd::Handle h = enqueue([&] { return hvd::alltoall_async(ref, {}, name); }, name);
+          if (!h.valid()) return;
+          if (static_cast<int>(active.size()) < size) {
+            try {
+              h.wait();
+              ADD_FAILURE() << name << " succeeded on rank " << rank << " while ranks had joined";
+            } catch (const hvd::Error& e) {
+              EXPECT_TRUE(contains_ci(e.what(), "call it before join()")) << e.what();
+            }
+            return;
+          }
+          if (!wait_ok(h, name)) return;
+          std::vector<int32_t> want(static_cast<size_t>(size));
+          for (int r = 0; r < size; ++r) want[r] = r * 10 + rank;
+          EXPECT_EQ(h.output().to_vector<int32_t>(), want) << name << " on rank " << rank;
+        });
   }
 }
 

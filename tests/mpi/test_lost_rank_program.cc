@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
       } else if (i == 50 && hvd::rank() == 1) {
         if (std::getenv("HVD_LOST_RANK_STAMP")) {  // for scripts/measure-lost-rank
           auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                        std::chrono::system_clock::now().time_since_epoch()).count();
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
           std::printf("LOST_AT %lld\n", static_cast<long long>(ns));
           std::fflush(stdout);
         }

@@ -41,8 +41,11 @@ TEST_F(Memory, TenThousandSmallAllreducesDoNotGrowMemory) {
       std::vector<hvd::Handle> hs(kInFlight);
       for (int k = 0; k < kInFlight; ++k) {
         for (int i = 0; i < 16; ++i) bufs[k][i] = static_cast<float>((step + k + i) % 7 + rank_);
-        hs[k] = enqueue([&] { return hvd::allreduce_async(std::span<float>(bufs[k]), names[k], ReduceOp::kSum); },
-                        names[k]);
+        hs[k] = enqueue(
+            [&] {
+              return hvd::allreduce_async(std::span<float>(bufs[k]), names[k], ReduceOp::kSum);
+            },
+            names[k]);
       }
       for (int k = 0; k < kInFlight; ++k) {
         if (!wait_ok(hs[k], names[k])) {
@@ -50,7 +53,8 @@ TEST_F(Memory, TenThousandSmallAllreducesDoNotGrowMemory) {
           continue;
         }
         for (int i = 0; i < 16; ++i) {
-          wrong += bufs[k][i] != static_cast<float>(size_ * ((step + k + i) % 7) + size_ * (size_ - 1) / 2);
+          wrong += bufs[k][i] !=
+                   static_cast<float>(size_ * ((step + k + i) % 7) + size_ * (size_ - 1) / 2);
         }
       }
       if (wrong > 0) break;  // same data on every rank, so every rank stops at the same step
@@ -66,12 +70,14 @@ TEST_F(Memory, TenThousandSmallAllreducesDoNotGrowMemory) {
     run_ops(10000, 1000);
   }
   const long after = rss_kib();
-  std::printf("[rank %d] VmRSS after 1,000 warm-up allreduces: %ld KiB; after 10,000 more: %ld KiB (%+ld KiB)\n",
-              rank_, before, after, after - before);
+  std::printf(
+      "[rank %d] VmRSS after 1,000 warm-up allreduces: %ld KiB; after 10,000 more: %ld KiB (%+ld "
+      "KiB)\n",
+      rank_, before, after, after - before);
   EXPECT_EQ(wrong, 0) << "wrong results in the loop";
   ASSERT_GT(before, 0) << "cannot read VmRSS from /proc/self/status";
-  EXPECT_LE(after - before, 4 * 1024) << "rank " << rank_ << " grew from " << before << " KiB to " << after
-                                      << " KiB over 10,000 allreduces";
+  EXPECT_LE(after - before, 4 * 1024) << "rank " << rank_ << " grew from " << before << " KiB to "
+                                      << after << " KiB over 10,000 allreduces";
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ int main() {
     std::vector<hvd::Handle> handles;
     for (int g = 0; g < kGrads; ++g) {
       if (rank == 1 && step == 3 && g == 2) continue;  // the skipped all-reduce
-      handles.push_back(hvd::allreduce_async(std::span<float>(grads[g]), "grad." + std::to_string(g)));
+      handles.push_back(
+          hvd::allreduce_async(std::span<float>(grads[g]), "grad." + std::to_string(g)));
     }
     if (step == kSteps - 1 && rank != 1) {
       std::printf("rank %d: STALL BEGINS\n", rank);

@@ -9,7 +9,9 @@
 
 namespace {
 
-hvd::TensorRef ref(std::vector<float>& v) { return hvd::TensorRef(v.data(), hvd::DataType::kFloat32, {static_cast<int64_t>(v.size())}); }
+hvd::TensorRef ref(std::vector<float>& v) {
+  return hvd::TensorRef(v.data(), hvd::DataType::kFloat32, {static_cast<int64_t>(v.size())});
+}
 
 std::unique_ptr<hvd::Strategy> make(const hvd::StrategyOptions& o = {}) {
   if (hvd::cross_size() > 1) return std::make_unique<hvd::MultiWorkerMirroredStrategy>(o);
@@ -29,7 +31,8 @@ TEST(Strategy, ShardsGiveEveryReplicaTheSameStepsAndDisjointSlicesOfEachGlobalBa
     std::set<int64_t> seen(all.begin(), all.end());
     EXPECT_EQ(seen.size(), all.size()) << "two replicas got the same sample";
     EXPECT_TRUE(std::all_of(all.begin(), all.end(), [&](int64_t i) { return i >= 0 && i < n; }));
-    std::vector<int64_t> steps = hvd::allgather(std::vector<int64_t>{shard.steps}, "shard.steps" + std::to_string(epoch));
+    std::vector<int64_t> steps =
+        hvd::allgather(std::vector<int64_t>{shard.steps}, "shard.steps" + std::to_string(epoch));
     for (int64_t x : steps) EXPECT_EQ(x, shard.steps);
   }
   // A different epoch shuffles differently; the same epoch identically.
@@ -90,9 +93,11 @@ TEST(Strategy, GradientsReadyInAnyOrderAreAveraged) {
   auto s = make();
   const int n = 6;
   std::vector<std::vector<float>> grads(n);
-  for (int i = 0; i < n; ++i) grads[i].assign(10 + i * 100, static_cast<float>((hvd::rank() + 1) * (i + 1)));
+  for (int i = 0; i < n; ++i)
+    grads[i].assign(10 + i * 100, static_cast<float>((hvd::rank() + 1) * (i + 1)));
   for (int step = 0; step < 3; ++step) {
-    for (int i = 0; i < n; ++i) std::fill(grads[i].begin(), grads[i].end(), static_cast<float>((hvd::rank() + 1) * (i + 1)));
+    for (int i = 0; i < n; ++i)
+      std::fill(grads[i].begin(), grads[i].end(), static_cast<float>((hvd::rank() + 1) * (i + 1)));
     s->begin_step();
     // Backward order differs per rank: rotate by rank.
     for (int k = 0; k < n; ++k) {
@@ -138,7 +143,8 @@ TEST(Strategy, MirroredRefusesSeveralNodesAndPointsToMultiWorker) {
       hvd::MirroredStrategy s;
       ADD_FAILURE() << "MirroredStrategy accepted " << hvd::cross_size() << " nodes";
     } catch (const hvd::InvalidArgumentError& e) {
-      EXPECT_NE(std::string(e.what()).find("MultiWorkerMirroredStrategy"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("MultiWorkerMirroredStrategy"), std::string::npos)
+          << e.what();
     }
   } else {
     EXPECT_NO_THROW(hvd::MirroredStrategy s);

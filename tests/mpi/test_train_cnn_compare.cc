@@ -44,7 +44,8 @@ int main(int argc, char** argv) {
   std::vector<float> a, b;
   if (!read_floats(argv[1], a) || !read_floats(argv[2], b)) return 2;
   if (a.size() != b.size()) {
-    std::fprintf(stderr, "FAIL: %zu floats in %s, %zu in %s\n", a.size(), argv[1], b.size(), argv[2]);
+    std::fprintf(stderr, "FAIL: %zu floats in %s, %zu in %s\n", a.size(), argv[1], b.size(),
+                 argv[2]);
     return 2;
   }
   const bool bitwise = std::strcmp(argv[3], "bitwise") == 0;
@@ -53,8 +54,8 @@ int main(int argc, char** argv) {
   size_t bad = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
-    const bool differs = bitwise ? std::memcmp(&a[i], &b[i], sizeof(float)) != 0
-                                 : !(d <= tolerance);  // NaN differs
+    const bool differs =
+        bitwise ? std::memcmp(&a[i], &b[i], sizeof(float)) != 0 : !(d <= tolerance);  // NaN differs
     if (d > worst || std::isnan(d)) worst = std::isnan(d) ? INFINITY : d;
     if (differs && bad++ < 5)
       std::printf("element %zu differs: %.9g vs %.9g\n", i, static_cast<double>(a[i]),

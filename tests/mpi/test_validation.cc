@@ -32,7 +32,8 @@ constexpr double kSecondsAllowed = 15.0;
 
 // Runs op(bad) on every rank, bad == (rank == bad_rank). Every rank must fail with `expected`
 // (computed for bad_rank) within kSecondsAllowed.
-void expect_everywhere(const std::string& name, int bad_rank, const std::function<hvd::Handle(bool bad)>& op,
+void expect_everywhere(const std::string& name, int bad_rank,
+                       const std::function<hvd::Handle(bool bad)>& op,
                        const std::string& expected) {
   const bool bad = hvd::rank() == bad_rank;
   std::string msg;
@@ -41,22 +42,27 @@ void expect_everywhere(const std::string& name, int bad_rank, const std::functio
     Watchdog w(name, 60);
     hvd::Handle h = op(bad);
     h.wait();
-    ADD_FAILURE() << name << ": no error on rank " << hvd::rank() << " (bad argument on rank " << bad_rank << ")";
+    ADD_FAILURE() << name << ": no error on rank " << hvd::rank() << " (bad argument on rank "
+                  << bad_rank << ")";
   } catch (const hvd::InvalidArgumentError& e) {
     msg = e.what();
   } catch (const std::exception& e) {
-    ADD_FAILURE() << name << ": expected hvd::InvalidArgumentError on rank " << hvd::rank() << ", got: " << e.what();
+    ADD_FAILURE() << name << ": expected hvd::InvalidArgumentError on rank " << hvd::rank()
+                  << ", got: " << e.what();
     msg = e.what();
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, kSecondsAllowed) << name << ": the error took " << seconds << " s on rank " << hvd::rank();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, kSecondsAllowed)
+      << name << ": the error took " << seconds << " s on rank " << hvd::rank();
   if (!msg.empty()) {
     EXPECT_EQ(msg, expected) << name << " on rank " << hvd::rank();
     expect_catalogued(msg, name);
   }
   const auto all = gather_messages(msg, name);
   for (size_t r = 0; r < all.size(); ++r)
-    EXPECT_EQ(all[r], msg) << name << ": rank " << r << " and rank " << hvd::rank() << " got different messages";
+    EXPECT_EQ(all[r], msg) << name << ": rank " << r << " and rank " << hvd::rank()
+                           << " got different messages";
   expect_still_usable(name);
 }
 
@@ -66,20 +72,30 @@ std::vector<int> bad_ranks() {
   return n == 1 ? std::vector<int>{0} : std::vector<int>{0, n - 1};
 }
 
-std::string reported(const std::string& op, const std::string& name, int rank, const std::string& reason) {
+std::string reported(const std::string& op, const std::string& name, int rank,
+                     const std::string& reason) {
   return op + " of '" + name + "' failed: rank " + std::to_string(rank) + ": " + reason;
 }
 
 // ---- A bad tensor in every position of every entry point -------------------------------------
 
 // Where the bad tensor goes.
-enum class Slot { kAllreduceIn, kAllreduceOut, kGroupedIn, kGroupedOut, kAllgather, kBroadcast, kAlltoall, kReducescatter };
+enum class Slot {
+  kAllreduceIn,
+  kAllreduceOut,
+  kGroupedIn,
+  kGroupedOut,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReducescatter
+};
 
 struct SlotInfo {
   Slot slot;
   const char* label;
-  const char* op;    // as the message names it
-  const char* role;  // of the bad tensor
+  const char* op;      // as the message names it
+  const char* role;    // of the bad tensor
   const char* member;  // appended to the name for grouped members
 };
 
@@ -106,28 +122,36 @@ struct Buffers {
   TensorRef ref(std::vector<float>& v) { return TensorRef(v.data(), DataType::kFloat32, {rows}); }
 };
 
-hvd::Handle run_slot(Slot slot, const std::string& name, bool bad, const TensorRef& bad_tensor, Buffers& buf) {
+hvd::Handle run_slot(Slot slot, const std::string& name, bool bad, const TensorRef& bad_tensor,
+                     Buffers& buf) {
   auto pick = [&](std::vector<float>& v) { return bad ? bad_tensor : buf.ref(v); };
   switch (slot) {
-    case Slot::kAllreduceIn: return hvd::allreduce_async(pick(buf.a), buf.ref(buf.b), name, ReduceOp::kSum);
-    case Slot::kAllreduceOut: return hvd::allreduce_async(buf.ref(buf.a), pick(buf.b), name, ReduceOp::kSum);
+    case Slot::kAllreduceIn:
+      return hvd::allreduce_async(pick(buf.a), buf.ref(buf.b), name, ReduceOp::kSum);
+    case Slot::kAllreduceOut:
+      return hvd::allreduce_async(buf.ref(buf.a), pick(buf.b), name, ReduceOp::kSum);
     case Slot::kGroupedIn:
-      return hvd::grouped_allreduce_async({buf.ref(buf.a), pick(buf.b)}, {buf.ref(buf.c), buf.ref(buf.d)}, name,
-                                          ReduceOp::kSum);
+      return hvd::grouped_allreduce_async({buf.ref(buf.a), pick(buf.b)},
+                                          {buf.ref(buf.c), buf.ref(buf.d)}, name, ReduceOp::kSum);
     case Slot::kGroupedOut:
-      return hvd::grouped_allreduce_async({buf.ref(buf.a), buf.ref(buf.b)}, {buf.ref(buf.c), pick(buf.d)}, name,
-                                          ReduceOp::kSum);
-    case Slot::kAllgather: return hvd::allgather_async(pick(buf.a), name);
-    case Slot::kBroadcast: return hvd::broadcast_async(pick(buf.a), 0, name);
-    case Slot::kAlltoall: return hvd::alltoall_async(pick(buf.a), {}, name);
-    case Slot::kReducescatter: return hvd::reducescatter_async(pick(buf.a), name, ReduceOp::kSum);
+      return hvd::grouped_allreduce_async({buf.ref(buf.a), buf.ref(buf.b)},
+                                          {buf.ref(buf.c), pick(buf.d)}, name, ReduceOp::kSum);
+    case Slot::kAllgather:
+      return hvd::allgather_async(pick(buf.a), name);
+    case Slot::kBroadcast:
+      return hvd::broadcast_async(pick(buf.a), 0, name);
+    case Slot::kAlltoall:
+      return hvd::alltoall_async(pick(buf.a), {}, name);
+    case Slot::kReducescatter:
+      return hvd::reducescatter_async(pick(buf.a), name, ReduceOp::kSum);
   }
   return {};
 }
 
 // One bad tensor, in every slot, on rank 0 and on the last rank. `reason(role)` is the expected
 // reason, or (when `prefix_only`) the start of it.
-void bad_tensor_everywhere(const std::string& check, const std::function<TensorRef(void* data)>& make_bad,
+void bad_tensor_everywhere(const std::string& check,
+                           const std::function<TensorRef(void* data)>& make_bad,
                            const std::function<std::string(const std::string& role)>& reason) {
   for (const auto& s : slots()) {
     for (int bad_rank : bad_ranks()) {
@@ -135,8 +159,9 @@ void bad_tensor_everywhere(const std::string& check, const std::function<TensorR
       Buffers buf(hvd::size());
       std::vector<float> backing(64, 1.0f);
       const TensorRef bad = make_bad(backing.data());
-      expect_everywhere(name, bad_rank, [&](bool is_bad) { return run_slot(s.slot, name, is_bad, bad, buf); },
-                        reported(s.op, name + s.member, bad_rank, reason(s.role)));
+      expect_everywhere(
+          name, bad_rank, [&](bool is_bad) { return run_slot(s.slot, name, is_bad, bad, buf); },
+          reported(s.op, name + s.member, bad_rank, reason(s.role)));
     }
   }
 }
@@ -149,8 +174,10 @@ TEST_F(Validation, UnknownDtype) {
   bad_tensor_everywhere(
       "dtype", [](void* p) { return TensorRef(p, static_cast<DataType>(42), {4}); },
       [](const std::string& role) {
-        return role + " has dtype 42, which is not a DataType: pass one of uint8, int8, int32, int64, float16, "
-                      "bfloat16, float32, float64.";
+        return role +
+               " has dtype 42, which is not a DataType: pass one of uint8, int8, int32, int64, "
+               "float16, "
+               "bfloat16, float32, float64.";
       });
 }
 
@@ -158,45 +185,71 @@ TEST_F(Validation, UnknownDtype) {
 // the caller already, so only the index can be wrong.)
 TEST_F(Validation, NegativeDeviceIndex) {
   bad_tensor_everywhere(
-      "device_index", [](void* p) { return TensorRef(p, DataType::kFloat32, {4}, Device::cuda(-1)); },
+      "device_index",
+      [](void* p) { return TensorRef(p, DataType::kFloat32, {4}, Device::cuda(-1)); },
       [](const std::string& role) {
-        return role + " is on cuda:-1, which is not a device: pass Device::cpu() or Device::cuda(i) with i >= 0.";
+        return role +
+               " is on cuda:-1, which is not a device: pass Device::cpu() or Device::cuda(i) with "
+               "i >= 0.";
       });
 }
 
 TEST_F(Validation, NegativeDimension) {
   bad_tensor_everywhere(
-      "negative", [](void* p) { return TensorRef(p, DataType::kFloat32, {2, -3}); },
-      [](const std::string& role) { return role + " has shape [2,-3] with a negative dimension."; });
+      "negative",
+      [](void* p) {
+        return TensorRef(p, DataType::kFloat32, {2, -3});
+      },
+      [](const std::string& role) {
+        return role + " has shape [2,-3] with a negative dimension.";
+      });
 }
 
 TEST_F(Validation, SizeOverflow) {
   // Elements overflow int64 (2^40 * 2^30) ...
   bad_tensor_everywhere(
-      "overflow_elements", [](void* p) { return TensorRef(p, DataType::kFloat32, {int64_t{1} << 40, int64_t{1} << 30}); },
+      "overflow_elements",
+      [](void* p) {
+        return TensorRef(p, DataType::kFloat32, {int64_t{1} << 40, int64_t{1} << 30});
+      },
       [](const std::string& role) {
-        return role + " has shape [1099511627776,1073741824] of float32: the product of its non-zero dimensions and the "
-                      "element size does not fit in 64 bits.";
+        return role +
+               " has shape [1099511627776,1073741824] of float32: the product of its non-zero "
+               "dimensions and the "
+               "element size does not fit in 64 bits.";
       });
   // ... or only the bytes do (2^61 float64 elements) ...
   bad_tensor_everywhere(
-      "overflow_bytes", [](void* p) { return TensorRef(p, DataType::kFloat64, {int64_t{1} << 61}); },
+      "overflow_bytes",
+      [](void* p) { return TensorRef(p, DataType::kFloat64, {int64_t{1} << 61}); },
       [](const std::string& role) {
-        return role + " has shape [2305843009213693952] of float64: the product of its non-zero dimensions and the "
-                      "element size does not fit in 64 bits.";
+        return role +
+               " has shape [2305843009213693952] of float64: the product of its non-zero "
+               "dimensions and the "
+               "element size does not fit in 64 bits.";
       });
   // ... or the non-zero dimensions do, even though another dimension is 0 (no elements).
   bad_tensor_everywhere(
-      "overflow_empty", [](void* p) { return TensorRef(p, DataType::kFloat32, {0, int64_t{1} << 62}); },
+      "overflow_empty",
+      [](void* p) {
+        return TensorRef(p, DataType::kFloat32, {0, int64_t{1} << 62});
+      },
       [](const std::string& role) {
-        return role + " has shape [0,4611686018427387904] of float32: the product of its non-zero dimensions and the "
-                      "element size does not fit in 64 bits.";
+        return role +
+               " has shape [0,4611686018427387904] of float32: the product of its non-zero "
+               "dimensions and the "
+               "element size does not fit in 64 bits.";
       });
   bad_tensor_everywhere(
-      "overflow_partial", [](void* p) { return TensorRef(p, DataType::kUInt8, {INT64_MAX, 2, 0}); },
+      "overflow_partial",
+      [](void* p) {
+        return TensorRef(p, DataType::kUInt8, {INT64_MAX, 2, 0});
+      },
       [](const std::string& role) {
-        return role + " has shape [9223372036854775807,2,0] of uint8: the product of its non-zero dimensions and the "
-                      "element size does not fit in 64 bits.";
+        return role +
+               " has shape [9223372036854775807,2,0] of uint8: the product of its non-zero "
+               "dimensions and the "
+               "element size does not fit in 64 bits.";
       });
 }
 
@@ -208,10 +261,13 @@ TEST_F(Validation, NullDataPointer) {
 
 TEST_F(Validation, MisalignedDataPointer) {
   bad_tensor_everywhere(
-      "misaligned", [](void* p) { return TensorRef(static_cast<char*>(p) + 2, DataType::kFloat32, {4}); },
+      "misaligned",
+      [](void* p) { return TensorRef(static_cast<char*>(p) + 2, DataType::kFloat32, {4}); },
       [](const std::string& role) {
-        return role + "'s data pointer is not a multiple of 4 bytes, the size of its float32 elements: pass aligned "
-                      "memory.";
+        return role +
+               "'s data pointer is not a multiple of 4 bytes, the size of its float32 elements: "
+               "pass aligned "
+               "memory.";
       });
 }
 
@@ -228,14 +284,15 @@ TEST_F(Validation, CudaTensorNotOnThisRanksGpu) {
       // cuda:1000 exists nowhere; the data pointer is never touched.
       hvd::Handle h = hvd::allreduce_async(
           TensorRef(data.data(), DataType::kFloat32, {4}, bad ? Device::cuda(1000) : Device::cpu()),
-          TensorRef(data.data(), DataType::kFloat32, {4}, bad ? Device::cuda(1000) : Device::cpu()), name,
-          ReduceOp::kSum);
+          TensorRef(data.data(), DataType::kFloat32, {4}, bad ? Device::cuda(1000) : Device::cpu()),
+          name, ReduceOp::kSum);
       h.wait();
       ADD_FAILURE() << name << ": no error on rank " << rank_;
     } catch (const hvd::InvalidArgumentError& e) {
       msg = e.what();
     }
-    const std::string prefix = "allreduce of '" + name + "' failed: rank " + std::to_string(bad_rank) +
+    const std::string prefix = "allreduce of '" + name + "' failed: rank " +
+                               std::to_string(bad_rank) +
                                ": the tensor is on cuda:1000 but this process ";
     EXPECT_EQ(msg.rfind(prefix, 0), 0u) << msg;
     expect_catalogued(msg, name);
@@ -265,7 +322,8 @@ TEST_F(Validation, BadArgumentUnderACachedName) {
         [&](bool bad) {
           return hvd::allreduce_async(bad ? TensorRef(nullptr, DataType::kFloat32, {4})
                                           : TensorRef(data.data(), DataType::kFloat32, {4}),
-                                      TensorRef(data.data(), DataType::kFloat32, {4}), name, ReduceOp::kSum);
+                                      TensorRef(data.data(), DataType::kFloat32, {4}), name,
+                                      ReduceOp::kSum);
         },
         reported("allreduce", name, bad_rank, "the input has 4 elements but a null data pointer."));
     good_round(" (after)");
@@ -283,10 +341,12 @@ TEST_F(Validation, OutputDoesNotMatchInput) {
         name, bad_rank,
         [&](bool bad) {
           return hvd::allreduce_async(TensorRef(in.data(), DataType::kFloat32, {4}),
-                                      TensorRef(out.data(), DataType::kFloat32, {bad ? 3 : 4}), name, ReduceOp::kSum);
+                                      TensorRef(out.data(), DataType::kFloat32, {bad ? 3 : 4}),
+                                      name, ReduceOp::kSum);
         },
         reported("allreduce", name, bad_rank,
-                 "the output (float32 [3]) does not match the input (float32 [4]): pass an output of the same dtype "
+                 "the output (float32 [3]) does not match the input (float32 [4]): pass an output "
+                 "of the same dtype "
                  "and number of elements, or the input itself."));
     const std::string gname = "v.mismatch.grouped.r" + std::to_string(bad_rank);
     std::vector<float> in1(4, 1.0f), out1(4, 0.0f);
@@ -294,13 +354,16 @@ TEST_F(Validation, OutputDoesNotMatchInput) {
         gname, bad_rank,
         [&](bool bad) {
           return hvd::grouped_allreduce_async(
-              {TensorRef(in.data(), DataType::kFloat32, {4}), TensorRef(in1.data(), DataType::kFloat32, {4})},
+              {TensorRef(in.data(), DataType::kFloat32, {4}),
+               TensorRef(in1.data(), DataType::kFloat32, {4})},
               {TensorRef(out.data(), DataType::kFloat32, {4}),
-               bad ? TensorRef(out64.data(), DataType::kFloat64, {2, 2}) : TensorRef(out1.data(), DataType::kFloat32, {4})},
+               bad ? TensorRef(out64.data(), DataType::kFloat64, {2, 2})
+                   : TensorRef(out1.data(), DataType::kFloat32, {4})},
               gname, ReduceOp::kSum);
         },
         reported("allreduce", gname + ".1", bad_rank,
-                 "output 1 (float64 [2,2]) does not match input 1 (float32 [4]): pass an output of the same dtype and "
+                 "output 1 (float64 [2,2]) does not match input 1 (float32 [4]): pass an output of "
+                 "the same dtype and "
                  "number of elements, or the input itself."));
   }
 }
@@ -312,21 +375,24 @@ TEST_F(Validation, OutputOnAnotherDevice) {
     expect_everywhere(
         name, bad_rank,
         [&](bool bad) {
-          return hvd::allreduce_async(TensorRef(in.data(), DataType::kFloat32, {4}),
-                                      TensorRef(out.data(), DataType::kFloat32, {4}, bad ? Device::cuda(0) : Device::cpu()),
-                                      name, ReduceOp::kSum);
+          return hvd::allreduce_async(
+              TensorRef(in.data(), DataType::kFloat32, {4}),
+              TensorRef(out.data(), DataType::kFloat32, {4}, bad ? Device::cuda(0) : Device::cpu()),
+              name, ReduceOp::kSum);
         },
-        reported("allreduce", name, bad_rank, "the input is on cpu but the output on cuda:0: pass both on the same device."));
+        reported("allreduce", name, bad_rank,
+                 "the input is on cpu but the output on cuda:0: pass both on the same device."));
     const std::string gname = "v.device_mismatch.grouped.r" + std::to_string(bad_rank);
     expect_everywhere(
         gname, bad_rank,
         [&](bool bad) {
-          return hvd::grouped_allreduce_async(
-              {TensorRef(in.data(), DataType::kFloat32, {4})},
-              {TensorRef(out.data(), DataType::kFloat32, {4}, bad ? Device::cuda(0) : Device::cpu())}, gname,
-              ReduceOp::kSum);
+          return hvd::grouped_allreduce_async({TensorRef(in.data(), DataType::kFloat32, {4})},
+                                              {TensorRef(out.data(), DataType::kFloat32, {4},
+                                                         bad ? Device::cuda(0) : Device::cpu())},
+                                              gname, ReduceOp::kSum);
         },
-        reported("allreduce", gname + ".0", bad_rank, "input 0 is on cpu but output 0 on cuda:0: pass both on the same device."));
+        reported("allreduce", gname + ".0", bad_rank,
+                 "input 0 is on cpu but output 0 on cuda:0: pass both on the same device."));
   }
 }
 
@@ -338,25 +404,31 @@ TEST_F(Validation, OutputPartlyOverlapsInput) {
         name, bad_rank,
         [&](bool bad) {
           // The output starts 2 floats into the input: 8 bytes in common.
-          return hvd::allreduce_async(TensorRef(buf.data(), DataType::kFloat32, {4}),
-                                      TensorRef(bad ? buf.data() + 2 : out.data(), DataType::kFloat32, {4}), name,
-                                      ReduceOp::kSum);
+          return hvd::allreduce_async(
+              TensorRef(buf.data(), DataType::kFloat32, {4}),
+              TensorRef(bad ? buf.data() + 2 : out.data(), DataType::kFloat32, {4}), name,
+              ReduceOp::kSum);
         },
         reported("allreduce", name, bad_rank,
-                 "the output overlaps the input (8 bytes in common) without being the same buffer: pass the same "
-                 "buffer as input and output for an in-place allreduce, or buffers that do not overlap."));
+                 "the output overlaps the input (8 bytes in common) without being the same buffer: "
+                 "pass the same "
+                 "buffer as input and output for an in-place allreduce, or buffers that do not "
+                 "overlap."));
     // Also backwards: the output ends inside the input.
     const std::string name2 = "v.overlap_before.r" + std::to_string(bad_rank);
     expect_everywhere(
         name2, bad_rank,
         [&](bool bad) {
-          return hvd::allreduce_async(TensorRef(buf.data() + 3, DataType::kFloat32, {4}),
-                                      TensorRef(bad ? buf.data() : out.data(), DataType::kFloat32, {4}), name2,
-                                      ReduceOp::kSum);
+          return hvd::allreduce_async(
+              TensorRef(buf.data() + 3, DataType::kFloat32, {4}),
+              TensorRef(bad ? buf.data() : out.data(), DataType::kFloat32, {4}), name2,
+              ReduceOp::kSum);
         },
         reported("allreduce", name2, bad_rank,
-                 "the output overlaps the input (4 bytes in common) without being the same buffer: pass the same "
-                 "buffer as input and output for an in-place allreduce, or buffers that do not overlap."));
+                 "the output overlaps the input (4 bytes in common) without being the same buffer: "
+                 "pass the same "
+                 "buffer as input and output for an in-place allreduce, or buffers that do not "
+                 "overlap."));
   }
 }
 
@@ -370,12 +442,15 @@ TEST_F(Validation, GroupedOutputOverlapsAnotherMembersInput) {
           // Output 1 is input 0 (a whole buffer, but another member's): reduced in place, input 0
           // would change under member 0.
           return hvd::grouped_allreduce_async(
-              {TensorRef(a.data(), DataType::kFloat32, {4}), TensorRef(b.data(), DataType::kFloat32, {4})},
-              {TensorRef(c.data(), DataType::kFloat32, {4}), TensorRef(bad ? a.data() : d.data(), DataType::kFloat32, {4})},
+              {TensorRef(a.data(), DataType::kFloat32, {4}),
+               TensorRef(b.data(), DataType::kFloat32, {4})},
+              {TensorRef(c.data(), DataType::kFloat32, {4}),
+               TensorRef(bad ? a.data() : d.data(), DataType::kFloat32, {4})},
               name, ReduceOp::kSum);
         },
         reported("allreduce", name + ".0", bad_rank,
-                 "output 1 overlaps input 0 (16 bytes in common) without being the same buffer: pass the same buffer "
+                 "output 1 overlaps input 0 (16 bytes in common) without being the same buffer: "
+                 "pass the same buffer "
                  "as input and output for an in-place allreduce, or buffers that do not overlap."));
   }
 }
@@ -388,12 +463,14 @@ TEST_F(Validation, GroupedOutputsOverlap) {
         name, bad_rank,
         [&](bool bad) {
           return hvd::grouped_allreduce_async(
-              {TensorRef(a.data(), DataType::kFloat32, {4}), TensorRef(b.data(), DataType::kFloat32, {4})},
+              {TensorRef(a.data(), DataType::kFloat32, {4}),
+               TensorRef(b.data(), DataType::kFloat32, {4})},
               {TensorRef(c.data(), DataType::kFloat32, {4}),
                TensorRef(bad ? c.data() + 1 : d.data(), DataType::kFloat32, {4})},
               name, ReduceOp::kSum);
         },
-        reported("allreduce", name + ".0", bad_rank, "output 0 and output 1 overlap in memory: give every output its own buffer."));
+        reported("allreduce", name + ".0", bad_rank,
+                 "output 0 and output 1 overlap in memory: give every output its own buffer."));
   }
 }
 
@@ -405,7 +482,8 @@ TEST_F(Validation, InPlaceAndSharedInputsAreFine) {
   {
     Watchdog w("v.ok.inplace");
     hvd::Handle h = hvd::allreduce_async(TensorRef(a.data(), DataType::kFloat32, {4}),
-                                         TensorRef(a.data(), DataType::kFloat32, {2, 2}), "v.ok.inplace", ReduceOp::kSum);
+                                         TensorRef(a.data(), DataType::kFloat32, {2, 2}),
+                                         "v.ok.inplace", ReduceOp::kSum);
     EXPECT_TRUE(wait_ok(h, "v.ok.inplace"));
     EXPECT_EQ(a, std::vector<float>(4, static_cast<float>(n)));
   }
@@ -415,7 +493,8 @@ TEST_F(Validation, InPlaceAndSharedInputsAreFine) {
     hvd::Handle h = hvd::grouped_allreduce_async(
         {TensorRef(b.data(), DataType::kFloat32, {4}), TensorRef(b.data(), DataType::kFloat32, {4}),
          TensorRef(a.data(), DataType::kFloat32, {4})},
-        {TensorRef(c.data(), DataType::kFloat32, {4}), TensorRef(c.data() + 4, DataType::kFloat32, {4}),
+        {TensorRef(c.data(), DataType::kFloat32, {4}),
+         TensorRef(c.data() + 4, DataType::kFloat32, {4}),
          TensorRef(a.data(), DataType::kFloat32, {4})},
         "v.ok.grouped", ReduceOp::kSum);
     EXPECT_TRUE(wait_ok(h, "v.ok.grouped"));
@@ -425,12 +504,17 @@ TEST_F(Validation, InPlaceAndSharedInputsAreFine) {
   {
     Watchdog w("v.ok.null_empty");
     // A null pointer is fine without elements, in every entry point.
-    hvd::Handle h1 = hvd::allreduce_async(TensorRef(nullptr, DataType::kFloat32, {0}),
-                                          TensorRef(nullptr, DataType::kFloat32, {0, 3}), "v.ok.null_empty.ar");
-    hvd::Handle h2 = hvd::allgather_async(TensorRef(nullptr, DataType::kInt8, {0, 5}), "v.ok.null_empty.ag");
-    hvd::Handle h3 = hvd::broadcast_async(TensorRef(nullptr, DataType::kInt8, {0}), 0, "v.ok.null_empty.bc");
-    hvd::Handle h4 = hvd::alltoall_async(TensorRef(nullptr, DataType::kInt8, {0}), {}, "v.ok.null_empty.a2a");
-    hvd::Handle h5 = hvd::reducescatter_async(TensorRef(nullptr, DataType::kInt8, {0}), "v.ok.null_empty.rs");
+    hvd::Handle h1 =
+        hvd::allreduce_async(TensorRef(nullptr, DataType::kFloat32, {0}),
+                             TensorRef(nullptr, DataType::kFloat32, {0, 3}), "v.ok.null_empty.ar");
+    hvd::Handle h2 =
+        hvd::allgather_async(TensorRef(nullptr, DataType::kInt8, {0, 5}), "v.ok.null_empty.ag");
+    hvd::Handle h3 =
+        hvd::broadcast_async(TensorRef(nullptr, DataType::kInt8, {0}), 0, "v.ok.null_empty.bc");
+    hvd::Handle h4 =
+        hvd::alltoall_async(TensorRef(nullptr, DataType::kInt8, {0}), {}, "v.ok.null_empty.a2a");
+    hvd::Handle h5 =
+        hvd::reducescatter_async(TensorRef(nullptr, DataType::kInt8, {0}), "v.ok.null_empty.rs");
     for (hvd::Handle* h : {&h1, &h2, &h3, &h4, &h5}) EXPECT_TRUE(wait_ok(*h, "v.ok.null_empty"));
   }
 }
@@ -450,7 +534,8 @@ TEST_F(Validation, GroupedCountMismatch) {
           if (bad) out.pop_back();
           return hvd::grouped_allreduce_async(in, out, name, ReduceOp::kSum);
         },
-        reported("allreduce", name + ".0", bad_rank, "2 inputs but 1 outputs; pass one output per input."));
+        reported("allreduce", name + ".0", bad_rank,
+                 "2 inputs but 1 outputs; pass one output per input."));
   }
 }
 
@@ -462,8 +547,9 @@ TEST_F(Validation, GroupedNullOutputOnRankZero) {
   expect_everywhere(
       "g", 0,
       [&](bool) {
-        return hvd::grouped_allreduce_async({in}, {rank_ == 0 ? TensorRef(nullptr, DataType::kFloat32, {4}) : in}, "g",
-                                            ReduceOp::kSum);
+        return hvd::grouped_allreduce_async(
+            {in}, {rank_ == 0 ? TensorRef(nullptr, DataType::kFloat32, {4}) : in}, "g",
+            ReduceOp::kSum);
       },
       reported("allreduce", "g.0", 0, "output 0 has 4 elements but a null data pointer."));
   EXPECT_EQ(data, std::vector<float>(4, 1.0f)) << "a failed operation must not touch its buffers";
@@ -475,18 +561,20 @@ TEST_F(Validation, GroupSubmittedAgainWithOneMemberChanged) {
   std::vector<float> a(49, 1.0f), b(49, 1.0f);
   {
     Watchdog w("v.regroup (first)", 30);
-    hvd::Handle h = hvd::grouped_allreduce_async(
-        {TensorRef(a.data(), DataType::kFloat32, {}), TensorRef(b.data(), DataType::kFloat32, {7, 7})},
-        {TensorRef(a.data(), DataType::kFloat32, {}), TensorRef(b.data(), DataType::kFloat32, {7, 7})}, "v.regroup",
-        ReduceOp::kSum);
+    hvd::Handle h = hvd::grouped_allreduce_async({TensorRef(a.data(), DataType::kFloat32, {}),
+                                                  TensorRef(b.data(), DataType::kFloat32, {7, 7})},
+                                                 {TensorRef(a.data(), DataType::kFloat32, {}),
+                                                  TensorRef(b.data(), DataType::kFloat32, {7, 7})},
+                                                 "v.regroup", ReduceOp::kSum);
     EXPECT_TRUE(wait_ok(h, "v.regroup (first)"));
   }
   {
     Watchdog w("v.regroup (member 0 reshaped)", 30);
-    hvd::Handle h = hvd::grouped_allreduce_async(
-        {TensorRef(a.data(), DataType::kFloat32, {7, 7}), TensorRef(b.data(), DataType::kFloat32, {7, 7})},
-        {TensorRef(a.data(), DataType::kFloat32, {7, 7}), TensorRef(b.data(), DataType::kFloat32, {7, 7})},
-        "v.regroup", ReduceOp::kSum);
+    hvd::Handle h = hvd::grouped_allreduce_async({TensorRef(a.data(), DataType::kFloat32, {7, 7}),
+                                                  TensorRef(b.data(), DataType::kFloat32, {7, 7})},
+                                                 {TensorRef(a.data(), DataType::kFloat32, {7, 7}),
+                                                  TensorRef(b.data(), DataType::kFloat32, {7, 7})},
+                                                 "v.regroup", ReduceOp::kSum);
     EXPECT_TRUE(wait_ok(h, "v.regroup (member 0 reshaped)"));
   }
 }
@@ -497,13 +585,15 @@ TEST_F(Validation, UnknownReduceOp) {
   for (int bad_rank : bad_ranks()) {
     std::vector<float> a(8, 1.0f), b(a);
     const auto op_for = [](bool bad) { return bad ? static_cast<ReduceOp>(9) : ReduceOp::kSum; };
-    const std::string reason = "reduce op 9 is not a ReduceOp: pass one of average, sum, min, max, product.";
+    const std::string reason =
+        "reduce op 9 is not a ReduceOp: pass one of average, sum, min, max, product.";
     const std::string r = ".r" + std::to_string(bad_rank);
     expect_everywhere(
         "v.op.allreduce" + r, bad_rank,
         [&](bool bad) {
           return hvd::allreduce_async(TensorRef(a.data(), DataType::kFloat32, {4}),
-                                      TensorRef(a.data(), DataType::kFloat32, {4}), "v.op.allreduce" + r, op_for(bad));
+                                      TensorRef(a.data(), DataType::kFloat32, {4}),
+                                      "v.op.allreduce" + r, op_for(bad));
         },
         reported("allreduce", "v.op.allreduce" + r, bad_rank, reason));
     expect_everywhere(
@@ -516,15 +606,16 @@ TEST_F(Validation, UnknownReduceOp) {
     expect_everywhere(
         "v.op.reducescatter" + r, bad_rank,
         [&](bool bad) {
-          return hvd::reducescatter_async(TensorRef(a.data(), DataType::kFloat32, {4}), "v.op.reducescatter" + r,
-                                          op_for(bad));
+          return hvd::reducescatter_async(TensorRef(a.data(), DataType::kFloat32, {4}),
+                                          "v.op.reducescatter" + r, op_for(bad));
         },
         reported("reducescatter", "v.op.reducescatter" + r, bad_rank, reason));
   }
 }
 
 TEST_F(Validation, NonFiniteScale) {
-  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN(),
+               inf = std::numeric_limits<double>::infinity();
   for (int bad_rank : bad_ranks()) {
     struct Case {
       const char* label;
@@ -541,7 +632,8 @@ TEST_F(Validation, NonFiniteScale) {
           name, bad_rank,
           [&](bool bad) {
             TensorRef t(a.data(), DataType::kFloat32, {4});
-            return hvd::allreduce_async(t, t, name, ReduceOp::kSum, bad ? pre : 1.0, bad ? post : 1.0);
+            return hvd::allreduce_async(t, t, name, ReduceOp::kSum, bad ? pre : 1.0,
+                                        bad ? post : 1.0);
           },
           reported("allreduce", name, bad_rank, text + " must both be finite numbers."));
     }
@@ -553,20 +645,25 @@ TEST_F(Validation, ScalarHasNoFirstDimension) {
     const std::string r = ".r" + std::to_string(bad_rank);
     std::vector<float> a(static_cast<size_t>(2 * size_), 1.0f);
     auto t = [&](bool bad) {
-      return bad ? TensorRef(a.data(), DataType::kFloat32, {}) : TensorRef(a.data(), DataType::kFloat32, {2 * size_});
+      return bad ? TensorRef(a.data(), DataType::kFloat32, {})
+                 : TensorRef(a.data(), DataType::kFloat32, {2 * size_});
     };
     auto reason = [](const char* verb) {
-      return std::string("a scalar has no first dimension to ") + verb + " along; pass shape {1} instead of {}.";
+      return std::string("a scalar has no first dimension to ") + verb +
+             " along; pass shape {1} instead of {}.";
     };
-    expect_everywhere("v.scalar.allgather" + r, bad_rank,
-                      [&](bool bad) { return hvd::allgather_async(t(bad), "v.scalar.allgather" + r); },
-                      reported("allgather", "v.scalar.allgather" + r, bad_rank, reason("gather")));
-    expect_everywhere("v.scalar.alltoall" + r, bad_rank,
-                      [&](bool bad) { return hvd::alltoall_async(t(bad), {}, "v.scalar.alltoall" + r); },
-                      reported("alltoall", "v.scalar.alltoall" + r, bad_rank, reason("split")));
-    expect_everywhere("v.scalar.reducescatter" + r, bad_rank,
-                      [&](bool bad) { return hvd::reducescatter_async(t(bad), "v.scalar.reducescatter" + r); },
-                      reported("reducescatter", "v.scalar.reducescatter" + r, bad_rank, reason("scatter")));
+    expect_everywhere(
+        "v.scalar.allgather" + r, bad_rank,
+        [&](bool bad) { return hvd::allgather_async(t(bad), "v.scalar.allgather" + r); },
+        reported("allgather", "v.scalar.allgather" + r, bad_rank, reason("gather")));
+    expect_everywhere(
+        "v.scalar.alltoall" + r, bad_rank,
+        [&](bool bad) { return hvd::alltoall_async(t(bad), {}, "v.scalar.alltoall" + r); },
+        reported("alltoall", "v.scalar.alltoall" + r, bad_rank, reason("split")));
+    expect_everywhere(
+        "v.scalar.reducescatter" + r, bad_rank,
+        [&](bool bad) { return hvd::reducescatter_async(t(bad), "v.scalar.reducescatter" + r); },
+        reported("reducescatter", "v.scalar.reducescatter" + r, bad_rank, reason("scatter")));
   }
 }
 
@@ -578,11 +675,13 @@ TEST_F(Validation, RootOutOfRange) {
       expect_everywhere(
           name, bad_rank,
           [&](bool bad) {
-            return hvd::broadcast_async(TensorRef(data.data(), DataType::kInt32, {3}), bad ? root : 0, name);
+            return hvd::broadcast_async(TensorRef(data.data(), DataType::kInt32, {3}),
+                                        bad ? root : 0, name);
           },
           reported("broadcast", name, bad_rank,
-                   "root " + std::to_string(root) + " is out of range for " + std::to_string(size_) +
-                       " ranks: pass a root from 0 to " + std::to_string(size_ - 1) + "."));
+                   "root " + std::to_string(root) + " is out of range for " +
+                       std::to_string(size_) + " ranks: pass a root from 0 to " +
+                       std::to_string(size_ - 1) + "."));
     }
   }
 }
@@ -601,8 +700,9 @@ TEST_F(Validation, RootOutOfRangeThroughTheVectorForm) {
       msg = e.what();
     }
     EXPECT_EQ(msg, reported("broadcast", name, bad_rank,
-                            "root " + std::to_string(size_) + " is out of range for " + std::to_string(size_) +
-                                " ranks: pass a root from 0 to " + std::to_string(size_ - 1) + "."));
+                            "root " + std::to_string(size_) + " is out of range for " +
+                                std::to_string(size_) + " ranks: pass a root from 0 to " +
+                                std::to_string(size_ - 1) + "."));
     expect_catalogued(msg, name);
     expect_still_usable(name);
   }
@@ -610,21 +710,25 @@ TEST_F(Validation, RootOutOfRangeThroughTheVectorForm) {
 
 // Splits that are bad on one rank only (make(size)); the good ranks pass equal parts of 2 rows.
 // reason(size, bad splits) is the expected reason.
-void bad_splits(const std::string& label, const std::function<std::vector<int64_t>(int size)>& make,
-                const std::function<std::string(int size, const std::vector<int64_t>& splits)>& reason,
-                bool vector_form = false) {
+void bad_splits(
+    const std::string& label, const std::function<std::vector<int64_t>(int size)>& make,
+    const std::function<std::string(int size, const std::vector<int64_t>& splits)>& reason,
+    bool vector_form = false) {
   constexpr int64_t kRows = 2;  // per rank
   for (int bad_rank : bad_ranks()) {
     const int n = hvd::size();
     const std::string name = "v.splits." + label + ".r" + std::to_string(bad_rank);
     std::vector<float> data(static_cast<size_t>(kRows * n), 1.0f);
-    const auto splits_for = [&](bool bad) { return bad ? make(n) : std::vector<int64_t>(static_cast<size_t>(n), kRows); };
+    const auto splits_for = [&](bool bad) {
+      return bad ? make(n) : std::vector<int64_t>(static_cast<size_t>(n), kRows);
+    };
     const std::string expected = reported("alltoall", name, bad_rank, reason(n, make(n)));
     if (!vector_form) {
       expect_everywhere(
           name, bad_rank,
           [&](bool bad) {
-            return hvd::alltoall_async(TensorRef(data.data(), DataType::kFloat32, {kRows * n}), splits_for(bad), name);
+            return hvd::alltoall_async(TensorRef(data.data(), DataType::kFloat32, {kRows * n}),
+                                       splits_for(bad), name);
           },
           expected);
       continue;
@@ -647,17 +751,24 @@ void bad_splits(const std::string& label, const std::function<std::vector<int64_
 std::string does_not_add_up(int n, const std::vector<int64_t>& s) {
   long double sum = 0;
   for (int64_t v : s) sum += static_cast<long double>(v);
-  const std::string total = sum > static_cast<long double>(INT64_MAX) ? "more than 9223372036854775807"
-                                                                      : std::to_string(static_cast<int64_t>(sum));
+  const std::string total = sum > static_cast<long double>(INT64_MAX)
+                                ? "more than 9223372036854775807"
+                                : std::to_string(static_cast<int64_t>(sum));
   return "its splits " + hvd::shape_string(s) + " add up to " + total + ", but its tensor has " +
          std::to_string(2 * n) + " rows in its first dimension.";
 }
 
 TEST_F(Validation, SplitsWithTheWrongCount) {
   bad_splits(
-      "count", [](int n) { std::vector<int64_t> s(static_cast<size_t>(n) + 1, 0); s[0] = 2 * n; return s; },
+      "count",
+      [](int n) {
+        std::vector<int64_t> s(static_cast<size_t>(n) + 1, 0);
+        s[0] = 2 * n;
+        return s;
+      },
       [](int n, const std::vector<int64_t>&) {
-        return "it gave " + std::to_string(n + 1) + " splits for " + std::to_string(n) + " ranks: pass one split per rank.";
+        return "it gave " + std::to_string(n + 1) + " splits for " + std::to_string(n) +
+               " ranks: pass one split per rank.";
       });
 }
 
@@ -670,24 +781,44 @@ TEST_F(Validation, NegativeSplit) {
         if (n > 1) s.back() += 3;  // still adds up
         return s;
       },
-      [](int, const std::vector<int64_t>& s) { return "it gave a negative split " + hvd::shape_string(s) + ": pass splits >= 0."; });
+      [](int, const std::vector<int64_t>& s) {
+        return "it gave a negative split " + hvd::shape_string(s) + ": pass splits >= 0.";
+      });
 }
 
 TEST_F(Validation, SplitsThatDoNotAddUp) {
   bad_splits(
-      "sum", [](int n) { std::vector<int64_t> s(static_cast<size_t>(n), 2); s[0] = 3; return s; }, does_not_add_up);
+      "sum",
+      [](int n) {
+        std::vector<int64_t> s(static_cast<size_t>(n), 2);
+        s[0] = 3;
+        return s;
+      },
+      does_not_add_up);
 }
 
 TEST_F(Validation, SplitsThatOverflow) {
   // Two splits of INT64_MAX overflow int64 (one rank: a single huge split).
   bad_splits(
-      "overflow", [](int n) { std::vector<int64_t> s(static_cast<size_t>(n), 0); s[0] = INT64_MAX; s.back() = INT64_MAX; return s; },
+      "overflow",
+      [](int n) {
+        std::vector<int64_t> s(static_cast<size_t>(n), 0);
+        s[0] = INT64_MAX;
+        s.back() = INT64_MAX;
+        return s;
+      },
       does_not_add_up);
 }
 
 TEST_F(Validation, SplitsThroughTheVectorForm) {
   bad_splits(
-      "vector", [](int n) { std::vector<int64_t> s(static_cast<size_t>(n), 2); s[0] = 3; return s; }, does_not_add_up,
+      "vector",
+      [](int n) {
+        std::vector<int64_t> s(static_cast<size_t>(n), 2);
+        s[0] = 3;
+        return s;
+      },
+      does_not_add_up,
       /*vector_form=*/true);
 }
 
@@ -699,12 +830,14 @@ TEST_F(Validation, EqualPartsThatDoNotDivide) {
     expect_everywhere(
         name, bad_rank,
         [&](bool bad) {
-          return hvd::alltoall_async(TensorRef(data.data(), DataType::kFloat32, {bad ? 2 * size_ + 1 : 2 * size_}), {},
-                                     name);
+          return hvd::alltoall_async(
+              TensorRef(data.data(), DataType::kFloat32, {bad ? 2 * size_ + 1 : 2 * size_}), {},
+              name);
         },
         reported("alltoall", name, bad_rank,
                  "no splits were given and the first dimension " + std::to_string(2 * size_ + 1) +
-                     " does not divide evenly among " + std::to_string(size_) + " ranks; pass splits."));
+                     " does not divide evenly among " + std::to_string(size_) +
+                     " ranks; pass splits."));
   }
 }
 

@@ -23,8 +23,8 @@ class Validation : public HvdTest {};
 
 // Runs op, which must throw InvalidArgumentError at once (not through the handle) with `expected`
 // (the same text on every rank unless it names the rank).
-void expect_at_once(const std::string& what, const std::function<void()>& op, const std::string& expected,
-                    bool same_on_every_rank = true) {
+void expect_at_once(const std::string& what, const std::function<void()>& op,
+                    const std::string& expected, bool same_on_every_rank = true) {
   std::string msg;
   try {
     Watchdog w(what, 30);
@@ -41,21 +41,33 @@ void expect_at_once(const std::string& what, const std::function<void()>& op, co
 }
 
 // Calls every entry point (and the vector forms) with `name`; each must throw at once.
-void every_entry_point_rejects(const std::string& name, const std::function<std::string(const char* op)>& expected) {
+void every_entry_point_rejects(const std::string& name,
+                               const std::function<std::string(const char* op)>& expected) {
   std::vector<float> v(static_cast<size_t>(2 * hvd::size()), 1.0f);
   TensorRef t(v.data(), DataType::kFloat32, {2 * hvd::size()});
-  expect_at_once("allreduce_async", [&] { hvd::allreduce_async(t, t, name); }, expected("allreduce"));
-  expect_at_once("allreduce (vector)", [&] { hvd::allreduce(v, name); }, expected("allreduce"));
-  expect_at_once("grouped_allreduce_async", [&] { hvd::grouped_allreduce_async({t}, {t}, name); },
-                 expected("grouped_allreduce"));
-  expect_at_once("allgather_async", [&] { hvd::allgather_async(t, name); }, expected("allgather"));
-  expect_at_once("allgather (vector)", [&] { hvd::allgather(v, name); }, expected("allgather"));
-  expect_at_once("broadcast_async", [&] { hvd::broadcast_async(t, 0, name); }, expected("broadcast"));
-  expect_at_once("broadcast (vector)", [&] { hvd::broadcast(v, 0, name); }, expected("broadcast"));
-  expect_at_once("alltoall_async", [&] { hvd::alltoall_async(t, {}, name); }, expected("alltoall"));
-  expect_at_once("alltoall (vector)", [&] { hvd::alltoall(v, {}, name); }, expected("alltoall"));
-  expect_at_once("reducescatter_async", [&] { hvd::reducescatter_async(t, name); }, expected("reducescatter"));
-  expect_at_once("reducescatter (vector)", [&] { hvd::reducescatter(v, name); }, expected("reducescatter"));
+  expect_at_once(
+      "allreduce_async", [&] { hvd::allreduce_async(t, t, name); }, expected("allreduce"));
+  expect_at_once(
+      "allreduce (vector)", [&] { hvd::allreduce(v, name); }, expected("allreduce"));
+  expect_at_once(
+      "grouped_allreduce_async", [&] { hvd::grouped_allreduce_async({t}, {t}, name); },
+      expected("grouped_allreduce"));
+  expect_at_once(
+      "allgather_async", [&] { hvd::allgather_async(t, name); }, expected("allgather"));
+  expect_at_once(
+      "allgather (vector)", [&] { hvd::allgather(v, name); }, expected("allgather"));
+  expect_at_once(
+      "broadcast_async", [&] { hvd::broadcast_async(t, 0, name); }, expected("broadcast"));
+  expect_at_once(
+      "broadcast (vector)", [&] { hvd::broadcast(v, 0, name); }, expected("broadcast"));
+  expect_at_once(
+      "alltoall_async", [&] { hvd::alltoall_async(t, {}, name); }, expected("alltoall"));
+  expect_at_once(
+      "alltoall (vector)", [&] { hvd::alltoall(v, {}, name); }, expected("alltoall"));
+  expect_at_once(
+      "reducescatter_async", [&] { hvd::reducescatter_async(t, name); }, expected("reducescatter"));
+  expect_at_once(
+      "reducescatter (vector)", [&] { hvd::reducescatter(v, name); }, expected("reducescatter"));
   expect_still_usable("v.bad_name");
 }
 
@@ -68,8 +80,8 @@ TEST_F(Validation, EmptyName) {
 TEST_F(Validation, NameTooLong) {
   const std::string name(hvd::kMaxNameBytes + 1, 'n');
   every_entry_point_rejects(name, [&](const char* op) {
-    return std::string(op) + " of '" + std::string(64, 'n') + "...' failed: the name has 1025 bytes; names may have " +
-           "at most 1024 bytes.";
+    return std::string(op) + " of '" + std::string(64, 'n') +
+           "...' failed: the name has 1025 bytes; names may have " + "at most 1024 bytes.";
   });
   // The longest name is fine.
   std::vector<int32_t> v = {1};
@@ -81,14 +93,18 @@ TEST_F(Validation, NameTooLong) {
 TEST_F(Validation, NameWithNul) {
   const std::string name("ab\0cd", 5);
   every_entry_point_rejects(name, [](const char* op) {
-    return std::string(op) + " of 'ab\\0cd' failed: the name has a NUL byte at offset 2; names may not contain NUL bytes.";
+    return std::string(op) +
+           " of 'ab\\0cd' failed: the name has a NUL byte at offset 2; names may not contain NUL "
+           "bytes.";
   });
 }
 
 TEST_F(Validation, NameStartingWithNul) {
   const std::string name("\0", 1);
   every_entry_point_rejects(name, [](const char* op) {
-    return std::string(op) + " of '\\0' failed: the name has a NUL byte at offset 0; names may not contain NUL bytes.";
+    return std::string(op) +
+           " of '\\0' failed: the name has a NUL byte at offset 0; names may not contain NUL "
+           "bytes.";
   });
 }
 
@@ -96,7 +112,8 @@ TEST_F(Validation, ReservedName) {
   for (const std::string name : {"__hvd.barrier", "__hvd.join", "__hvd.shutdown", "__hvd.x"}) {
     every_entry_point_rejects(name, [&](const char* op) {
       return std::string(op) + " of '" + name +
-             "' failed: names starting with '__hvd.' are reserved for hvd's own operations; choose another name.";
+             "' failed: names starting with '__hvd.' are reserved for hvd's own operations; choose "
+             "another name.";
     });
   }
   // barrier() and join() still work.
@@ -111,8 +128,9 @@ TEST_F(Validation, NameAlreadyInFlight) {
   hvd::Handle first = hvd::allreduce_async(std::span<int32_t>(a), name, ReduceOp::kSum);
   expect_at_once(
       name, [&] { hvd::allreduce_async(std::span<int32_t>(b), name, ReduceOp::kSum); },
-      "allreduce of '" + name + "' failed: a tensor named '" + name + "' is already in flight on rank " +
-          std::to_string(rank_) + ". Wait for its handle before reusing the name, or give each tensor a unique name.",
+      "allreduce of '" + name + "' failed: a tensor named '" + name +
+          "' is already in flight on rank " + std::to_string(rank_) +
+          ". Wait for its handle before reusing the name, or give each tensor a unique name.",
       /*same_on_every_rank=*/false);
   EXPECT_TRUE(wait_ok(first, name));
   EXPECT_EQ(a, (std::vector<int32_t>{size_, 2 * size_}));
@@ -121,8 +139,13 @@ TEST_F(Validation, NameAlreadyInFlight) {
 TEST_F(Validation, EmptyGroupWithOutputs) {
   std::vector<float> v(4, 1.0f);
   expect_at_once(
-      "v.empty_group", [&] { hvd::grouped_allreduce_async({}, {TensorRef(v.data(), DataType::kFloat32, {4})}, "v.empty_group"); },
-      "grouped_allreduce of 'v.empty_group' failed: 0 inputs but 1 outputs; pass one output per input.");
+      "v.empty_group",
+      [&] {
+        hvd::grouped_allreduce_async({}, {TensorRef(v.data(), DataType::kFloat32, {4})},
+                                     "v.empty_group");
+      },
+      "grouped_allreduce of 'v.empty_group' failed: 0 inputs but 1 outputs; pass one output per "
+      "input.");
   // An empty group without outputs is complete at once.
   hvd::Handle h = hvd::grouped_allreduce_async({}, {}, "v.empty_group");
   EXPECT_TRUE(h.ready());

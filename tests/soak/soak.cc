@@ -62,10 +62,11 @@ struct Options {
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "soak: %s\nusage: soak [--seconds S] [--seed N] [--warmup-seconds S] [--sample-seconds S]"
-               " [--max-growth-mb M] [--max-elements N]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "soak: %s\nusage: soak [--seconds S] [--seed N] [--warmup-seconds S] [--sample-seconds S]"
+      " [--max-growth-mb M] [--max-elements N]\n",
+      why);
   std::exit(2);
 }
 
@@ -77,14 +78,22 @@ Options parse_options(int argc, char** argv) {
     char* end = nullptr;
     const char* v = argv[++i];
     double x = std::strtod(v, &end);
-    if (end == v || *end != '\0' || !(x >= 0)) usage(("bad value '" + std::string(v) + "' for " + a).c_str());
-    if (a == "--seconds") o.seconds = x;
-    else if (a == "--seed") o.seed = static_cast<uint64_t>(x);
-    else if (a == "--warmup-seconds") o.warmup_seconds = x;
-    else if (a == "--sample-seconds") o.sample_seconds = std::max(0.1, x);
-    else if (a == "--max-growth-mb") o.max_growth_mb = x;
-    else if (a == "--max-elements") o.max_elements = std::max<int64_t>(1, static_cast<int64_t>(x));
-    else usage(("unknown option " + a).c_str());
+    if (end == v || *end != '\0' || !(x >= 0))
+      usage(("bad value '" + std::string(v) + "' for " + a).c_str());
+    if (a == "--seconds")
+      o.seconds = x;
+    else if (a == "--seed")
+      o.seed = static_cast<uint64_t>(x);
+    else if (a == "--warmup-seconds")
+      o.warmup_seconds = x;
+    else if (a == "--sample-seconds")
+      o.sample_seconds = std::max(0.1, x);
+    else if (a == "--max-growth-mb")
+      o.max_growth_mb = x;
+    else if (a == "--max-elements")
+      o.max_elements = std::max<int64_t>(1, static_cast<int64_t>(x));
+    else
+      usage(("unknown option " + a).c_str());
   }
   if (o.warmup_seconds < 0) o.warmup_seconds = std::min(60.0, o.seconds / 5);
   return o;
@@ -104,12 +113,13 @@ uint64_t mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d) { return mix(mix(a,
 
 // ---- dtypes: exact encodings of small values -----------------------------------------------------
 
-constexpr std::array<DataType, 8> kDtypes = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt32,
-                                             DataType::kInt64,   DataType::kFloat16,  DataType::kBFloat16,
-                                             DataType::kFloat32, DataType::kFloat64};
+constexpr std::array<DataType, 8> kDtypes = {
+    DataType::kUInt8,   DataType::kInt8,     DataType::kInt32,   DataType::kInt64,
+    DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64};
 
 bool is_float(DataType t) {
-  return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64;
+  return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 ||
+         t == DataType::kFloat64;
 }
 
 uint16_t to_half(double x) {  // x is exactly representable by construction
@@ -123,9 +133,9 @@ uint16_t to_half(double x) {  // x is exactly representable by construction
 
 double from_half(uint16_t h) {
   int exp = (h >> 10) & 0x1f, frac = h & 0x3ff;
-  double v = exp == 0 ? std::ldexp(frac, -24)
-           : exp == 31 ? (frac ? NAN : INFINITY)
-                       : std::ldexp(1024 + frac, exp - 25);
+  double v = exp == 0    ? std::ldexp(frac, -24)
+             : exp == 31 ? (frac ? NAN : INFINITY)
+                         : std::ldexp(1024 + frac, exp - 25);
   return (h & 0x8000) ? -v : v;
 }
 
@@ -145,27 +155,51 @@ double from_bf16(uint16_t b) {
 
 void store(DataType t, void* p, int64_t i, double x) {
   switch (t) {
-    case DataType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(x); break;
-    case DataType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(x); break;
-    case DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(x); break;
-    case DataType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(x); break;
-    case DataType::kFloat16: static_cast<uint16_t*>(p)[i] = to_half(x); break;
-    case DataType::kBFloat16: static_cast<uint16_t*>(p)[i] = to_bf16(x); break;
-    case DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(x); break;
-    case DataType::kFloat64: static_cast<double*>(p)[i] = x; break;
+    case DataType::kUInt8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(x);
+      break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(x);
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(x);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(x);
+      break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(p)[i] = to_half(x);
+      break;
+    case DataType::kBFloat16:
+      static_cast<uint16_t*>(p)[i] = to_bf16(x);
+      break;
+    case DataType::kFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(x);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(p)[i] = x;
+      break;
   }
 }
 
 double load(DataType t, const void* p, int64_t i) {
   switch (t) {
-    case DataType::kUInt8: return static_cast<const uint8_t*>(p)[i];
-    case DataType::kInt8: return static_cast<const int8_t*>(p)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(p)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
-    case DataType::kFloat16: return from_half(static_cast<const uint16_t*>(p)[i]);
-    case DataType::kBFloat16: return from_bf16(static_cast<const uint16_t*>(p)[i]);
-    case DataType::kFloat32: return static_cast<const float*>(p)[i];
-    case DataType::kFloat64: return static_cast<const double*>(p)[i];
+    case DataType::kUInt8:
+      return static_cast<const uint8_t*>(p)[i];
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(p)[i];
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(p)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DataType::kFloat16:
+      return from_half(static_cast<const uint16_t*>(p)[i]);
+    case DataType::kBFloat16:
+      return from_bf16(static_cast<const uint16_t*>(p)[i]);
+    case DataType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(p)[i];
   }
   return NAN;
 }
@@ -183,8 +217,8 @@ void fill_pattern(std::vector<std::byte>& buf, uint64_t seed, uint64_t a, uint64
 enum class Kind { kAllreduce, kGrouped, kAllgather, kBroadcast, kAlltoall, kReducescatter };
 constexpr int kKinds = 6;
 const char* kind_name(Kind k) {
-  static const char* names[] = {"allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall",
-                                "reducescatter"};
+  static const char* names[] = {"allreduce", "grouped_allreduce", "allgather",
+                                "broadcast", "alltoall",          "reducescatter"};
   return names[static_cast<int>(k)];
 }
 
@@ -196,18 +230,20 @@ struct OpSpec {
   ReduceOp op = ReduceOp::kSum;
   double prescale = 1, postscale = 1;
   bool in_place = true;
-  std::vector<int64_t> counts;            // allreduce: {n}; grouped: per member; broadcast: {n}
-  std::vector<DataType> member_dtypes;    // grouped
-  int root = 0;                           // broadcast
-  int64_t cols = 1;                       // allgather, alltoall, reducescatter: row width
-  std::vector<int64_t> rows;              // allgather: per rank; reducescatter: {R}
+  std::vector<int64_t> counts;               // allreduce: {n}; grouped: per member; broadcast: {n}
+  std::vector<DataType> member_dtypes;       // grouped
+  int root = 0;                              // broadcast
+  int64_t cols = 1;                          // allgather, alltoall, reducescatter: row width
+  std::vector<int64_t> rows;                 // allgather: per rank; reducescatter: {R}
   std::vector<std::vector<int64_t>> splits;  // alltoall: [source][destination] rows
 };
 
 struct Generator {
   std::mt19937_64 rng;
   explicit Generator(uint64_t s) : rng(s) {}
-  int64_t uniform(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); }
+  int64_t uniform(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  }
   bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
   // 0 now and then, otherwise log-uniform in [1, max].
   int64_t size(int64_t max) {
@@ -240,8 +276,10 @@ OpSpec draw_op(Generator& g, int size, int64_t max_elements) {
         static const double int_scales[] = {1, 1, 2};
         // Beyond 4 ranks, integer sums of 8-bit types would overflow with a scale of 2: 1 only.
         const double int_limit = size > 4 ? 1 : 2;
-        s.prescale = is_float(s.dtype) ? float_scales[g.uniform(0, 4)] : std::min(int_limit, int_scales[g.uniform(0, 2)]);
-        s.postscale = is_float(s.dtype) ? float_scales[g.uniform(0, 4)] : std::min(int_limit, int_scales[g.uniform(0, 2)]);
+        s.prescale = is_float(s.dtype) ? float_scales[g.uniform(0, 4)]
+                                       : std::min(int_limit, int_scales[g.uniform(0, 2)]);
+        s.postscale = is_float(s.dtype) ? float_scales[g.uniform(0, 4)]
+                                        : std::min(int_limit, int_scales[g.uniform(0, 2)]);
       }
       break;
     case Kind::kGrouped:
@@ -262,7 +300,8 @@ OpSpec draw_op(Generator& g, int size, int64_t max_elements) {
       s.cols = g.uniform(1, 64);
       s.splits.assign(size, std::vector<int64_t>(size));
       for (auto& row : s.splits)
-        for (auto& x : row) x = g.chance(0.15) ? 0 : g.uniform(1, std::max<int64_t>(1, max_rows / size));
+        for (auto& x : row)
+          x = g.chance(0.15) ? 0 : g.uniform(1, std::max<int64_t>(1, max_rows / size));
       break;
     case Kind::kReducescatter:
       s.cols = g.uniform(1, 64);
@@ -305,10 +344,12 @@ std::vector<OpSpec> plan_step(uint64_t seed, uint64_t step, int size, int64_t ma
 double reduce_value(uint64_t seed, ReduceOp op, DataType t, int size, int r, int64_t i) {
   const bool is_unsigned = t == DataType::kUInt8;
   auto draw = [&](int rank, int64_t lo, int64_t hi) {
-    return static_cast<double>(lo + static_cast<int64_t>(mix(seed, rank, i) % static_cast<uint64_t>(hi - lo + 1)));
+    return static_cast<double>(
+        lo + static_cast<int64_t>(mix(seed, rank, i) % static_cast<uint64_t>(hi - lo + 1)));
   };
   switch (op) {
-    case ReduceOp::kSum: return is_unsigned ? draw(r, 0, 15) : draw(r, -7, 7);
+    case ReduceOp::kSum:
+      return is_unsigned ? draw(r, 0, 15) : draw(r, -7, 7);
     case ReduceOp::kProduct: {
       // At most 6 ranks contribute factors of 2 (2^7 overflows int8, 2^8 uint8); the rest +-1.
       if (r >= 6) return is_unsigned ? 1.0 : (mix(seed, r, i) % 2 ? -1.0 : 1.0);
@@ -316,7 +357,8 @@ double reduce_value(uint64_t seed, ReduceOp op, DataType t, int size, int r, int
       return is_unsigned ? u[mix(seed, r, i) % 2] : s[mix(seed, r, i) % 4];
     }
     case ReduceOp::kMin:
-    case ReduceOp::kMax: return is_unsigned ? draw(r, 0, 60) : draw(r, -30, 30);  // x4 fits int8
+    case ReduceOp::kMax:
+      return is_unsigned ? draw(r, 0, 60) : draw(r, -30, 30);  // x4 fits int8
     case ReduceOp::kAverage: {
       // Ranks 0..size-2 draw freely; the last makes the sum size * target.
       auto own = [&](int rank) { return is_unsigned ? draw(rank, 0, 5) : draw(rank, -5, 5); };
@@ -330,15 +372,21 @@ double reduce_value(uint64_t seed, ReduceOp op, DataType t, int size, int r, int
   return 0;
 }
 
-double expected_reduce(uint64_t seed, ReduceOp op, DataType t, int size, int64_t i, double pre, double post) {
+double expected_reduce(uint64_t seed, ReduceOp op, DataType t, int size, int64_t i, double pre,
+                       double post) {
   double acc = 0;
   for (int r = 0; r < size; ++r) {
     double x = pre * reduce_value(seed, op, t, size, r, i);
-    if (r == 0) acc = x;
-    else if (op == ReduceOp::kMin) acc = std::min(acc, x);
-    else if (op == ReduceOp::kMax) acc = std::max(acc, x);
-    else if (op == ReduceOp::kProduct) acc *= x;
-    else acc += x;
+    if (r == 0)
+      acc = x;
+    else if (op == ReduceOp::kMin)
+      acc = std::min(acc, x);
+    else if (op == ReduceOp::kMax)
+      acc = std::max(acc, x);
+    else if (op == ReduceOp::kProduct)
+      acc *= x;
+    else
+      acc += x;
   }
   if (op == ReduceOp::kAverage) acc /= size;
   return acc * post;
@@ -359,9 +407,11 @@ struct Totals {
 
 int g_rank = 0, g_size = 1;
 
-void fill_reduce(std::vector<std::byte>& buf, const OpSpec& s, DataType t, uint64_t seed, int64_t n) {
+void fill_reduce(std::vector<std::byte>& buf, const OpSpec& s, DataType t, uint64_t seed,
+                 int64_t n) {
   buf.assign(static_cast<size_t>(n) * hvd::dtype_size(t), std::byte{0});
-  for (int64_t i = 0; i < n; ++i) store(t, buf.data(), i, reduce_value(seed, s.op, t, g_size, g_rank, i));
+  for (int64_t i = 0; i < n; ++i)
+    store(t, buf.data(), i, reduce_value(seed, s.op, t, g_size, g_rank, i));
 }
 
 void submit(Live& l) {
@@ -404,14 +454,16 @@ void submit(Live& l) {
       l.in.assign(1, std::vector<std::byte>(static_cast<size_t>(s.rows[g_rank] * s.cols) * es));
       fill_pattern(l.in[0], s.value_seed, g_rank, 0);
       l.bytes = static_cast<int64_t>(l.in[0].size());
-      l.handle = hvd::allgather_async(hvd::TensorRef(l.in[0].data(), s.dtype, {s.rows[g_rank], s.cols}), s.name);
+      l.handle = hvd::allgather_async(
+          hvd::TensorRef(l.in[0].data(), s.dtype, {s.rows[g_rank], s.cols}), s.name);
       break;
     }
     case Kind::kBroadcast: {
       l.in.assign(1, std::vector<std::byte>(static_cast<size_t>(s.counts[0]) * es));
       fill_pattern(l.in[0], s.value_seed, g_rank, 0);  // the root's bytes are the expected ones
       l.bytes = static_cast<int64_t>(l.in[0].size());
-      l.handle = hvd::broadcast_async(hvd::TensorRef(l.in[0].data(), s.dtype, {s.counts[0]}), s.root, s.name);
+      l.handle = hvd::broadcast_async(hvd::TensorRef(l.in[0].data(), s.dtype, {s.counts[0]}),
+                                      s.root, s.name);
       break;
     }
     case Kind::kAlltoall: {
@@ -424,15 +476,16 @@ void submit(Live& l) {
         l.in[0].insert(l.in[0].end(), part.begin(), part.end());
       }
       l.bytes = static_cast<int64_t>(l.in[0].size());
-      l.handle = hvd::alltoall_async(hvd::TensorRef(l.in[0].data(), s.dtype, {rows, s.cols}), s.splits[g_rank],
-                                     s.name);
+      l.handle = hvd::alltoall_async(hvd::TensorRef(l.in[0].data(), s.dtype, {rows, s.cols}),
+                                     s.splits[g_rank], s.name);
       break;
     }
     case Kind::kReducescatter: {
       l.in.resize(1);
       fill_reduce(l.in[0], s, s.dtype, s.value_seed, s.rows[0] * s.cols);
       l.bytes = static_cast<int64_t>(l.in[0].size());
-      l.handle = hvd::reducescatter_async(hvd::TensorRef(l.in[0].data(), s.dtype, {s.rows[0], s.cols}), s.name, s.op);
+      l.handle = hvd::reducescatter_async(
+          hvd::TensorRef(l.in[0].data(), s.dtype, {s.rows[0], s.cols}), s.name, s.op);
       break;
     }
   }
@@ -446,21 +499,24 @@ int64_t verify(Live& l, int64_t& printed) {
   auto report = [&](const std::string& what) {
     ++wrong;
     if (printed++ < 10)
-      std::fprintf(stderr, "soak: rank %d: %s '%s' (%s): %s\n", g_rank, kind_name(s.kind), s.name.c_str(),
-                   hvd::dtype_name(s.dtype), what.c_str());
+      std::fprintf(stderr, "soak: rank %d: %s '%s' (%s): %s\n", g_rank, kind_name(s.kind),
+                   s.name.c_str(), hvd::dtype_name(s.dtype), what.c_str());
   };
-  auto check_reduce = [&](const void* data, DataType t, uint64_t seed, int64_t first, int64_t n, double pre,
-                          double post) {
+  auto check_reduce = [&](const void* data, DataType t, uint64_t seed, int64_t first, int64_t n,
+                          double pre, double post) {
     for (int64_t i = 0; i < n; ++i) {
       double want = expected_reduce(seed, s.op, t, g_size, first + i, pre, post);
       double got = load(t, data, i);
       if (!(got == want))
-        report("element " + std::to_string(first + i) + " is " + std::to_string(got) + ", expected " +
-               std::to_string(want) + " (" + hvd::reduce_op_name(s.op) + " of " + hvd::dtype_name(t) + ")");
+        report("element " + std::to_string(first + i) + " is " + std::to_string(got) +
+               ", expected " + std::to_string(want) + " (" + hvd::reduce_op_name(s.op) + " of " +
+               hvd::dtype_name(t) + ")");
     }
   };
-  auto check_bytes = [&](const std::byte* got, const std::vector<std::byte>& want, const std::string& where) {
-    if (!want.empty() && std::memcmp(got, want.data(), want.size()) != 0) report("bytes differ " + where);
+  auto check_bytes = [&](const std::byte* got, const std::vector<std::byte>& want,
+                         const std::string& where) {
+    if (!want.empty() && std::memcmp(got, want.data(), want.size()) != 0)
+      report("bytes differ " + where);
   };
   switch (s.kind) {
     case Kind::kAllreduce: {
@@ -470,8 +526,8 @@ int64_t verify(Live& l, int64_t& printed) {
     }
     case Kind::kGrouped:
       for (size_t m = 0; m < s.counts.size(); ++m)
-        check_reduce((s.in_place ? l.in[m] : l.out[m]).data(), s.member_dtypes[m], mix(s.value_seed, m), 0,
-                     s.counts[m], 1, 1);
+        check_reduce((s.in_place ? l.in[m] : l.out[m]).data(), s.member_dtypes[m],
+                     mix(s.value_seed, m), 0, s.counts[m], 1, 1);
       break;
     case Kind::kAllgather: {
       hvd::Tensor& out = l.handle.output();
@@ -479,7 +535,8 @@ int64_t verify(Live& l, int64_t& printed) {
       for (int64_t r : s.rows) total += r;
       if (out.shape().empty() || out.shape()[0] != total || out.dtype() != s.dtype ||
           out.size_bytes() != static_cast<size_t>(total * s.cols) * es) {
-        report("output shape " + hvd::shape_string(out.shape()) + ", expected first dimension " + std::to_string(total));
+        report("output shape " + hvd::shape_string(out.shape()) + ", expected first dimension " +
+               std::to_string(total));
         break;
       }
       const std::byte* p = static_cast<const std::byte*>(out.data());
@@ -509,7 +566,8 @@ int64_t verify(Live& l, int64_t& printed) {
       const auto& got_splits = l.handle.received_splits();
       const std::byte* p = static_cast<const std::byte*>(out.data());
       for (int src = 0; src < g_size; ++src) {
-        if (static_cast<int>(got_splits.size()) != g_size || got_splits[src] != s.splits[src][g_rank])
+        if (static_cast<int>(got_splits.size()) != g_size ||
+            got_splits[src] != s.splits[src][g_rank])
           report("received_splits() is wrong for source " + std::to_string(src));
         std::vector<std::byte> want(static_cast<size_t>(s.splits[src][g_rank] * s.cols) * es);
         fill_pattern(want, s.value_seed, src, g_rank);
@@ -524,7 +582,8 @@ int64_t verify(Live& l, int64_t& printed) {
       const int64_t first = g_rank * base + std::min<int64_t>(g_rank, extra);
       hvd::Tensor& out = l.handle.output();
       if (out.size_bytes() != static_cast<size_t>(mine * s.cols) * es) {
-        report("output " + hvd::shape_string(out.shape()) + ", expected " + std::to_string(mine) + " rows");
+        report("output " + hvd::shape_string(out.shape()) + ", expected " + std::to_string(mine) +
+               " rows");
         break;
       }
       check_reduce(out.data(), s.dtype, s.value_seed, first * s.cols, mine * s.cols, 1, 1);
@@ -576,7 +635,8 @@ int main(int argc, char** argv) {
 
   for (uint64_t step = 0; !stop; ++step) {
     std::vector<Live> live;
-    for (auto& s : plan_step(opt.seed, step, g_size, opt.max_elements)) live.push_back(Live{std::move(s), {}, {}, {}, 0});
+    for (auto& s : plan_step(opt.seed, step, g_size, opt.max_elements))
+      live.push_back(Live{std::move(s), {}, {}, {}, 0});
     std::vector<size_t> order(live.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::mt19937_64 own(mix(opt.seed, step, static_cast<uint64_t>(g_rank) + 1));
@@ -598,8 +658,8 @@ int main(int argc, char** argv) {
       hvd::allreduce(flag, "soak.stop", ReduceOp::kMax);
       stop = flag[0];
     } catch (const hvd::Error& e) {
-      std::fprintf(stderr, "soak: rank %d: step %llu failed: %s\n", g_rank, static_cast<unsigned long long>(step),
-                   e.what());
+      std::fprintf(stderr, "soak: rank %d: step %llu failed: %s\n", g_rank,
+                   static_cast<unsigned long long>(step), e.what());
       std::fflush(stderr);
       std::_Exit(1);
     }
@@ -620,30 +680,41 @@ int main(int argc, char** argv) {
     }
   double peak = 0;
   for (const auto& s : samples) peak = std::max(peak, s.mib);
-  std::vector<double> mine{samples.front().mib, warm, samples.back().mib, peak,
-                           slope_per_minute(samples, opt.warmup_seconds), static_cast<double>(samples.size())};
+  std::vector<double> mine{samples.front().mib,
+                           warm,
+                           samples.back().mib,
+                           peak,
+                           slope_per_minute(samples, opt.warmup_seconds),
+                           static_cast<double>(samples.size())};
   std::vector<double> all = hvd::allgather(mine, "soak.memory");
-  std::vector<int64_t> sums{tot.wrong, tot.bytes, tot.ops[0], tot.ops[1], tot.ops[2], tot.ops[3], tot.ops[4], tot.ops[5]};
+  std::vector<int64_t> sums{tot.wrong,  tot.bytes,  tot.ops[0], tot.ops[1],
+                            tot.ops[2], tot.ops[3], tot.ops[4], tot.ops[5]};
   hvd::allreduce(sums, "soak.totals", ReduceOp::kSum);
 
   bool grew = false;
   for (int r = 0; r < g_size; ++r) grew |= all[r * 6 + 2] - all[r * 6 + 1] > opt.max_growth_mb;
   const int64_t ops = sums[2] + sums[3] + sums[4] + sums[5] + sums[6] + sums[7];
   if (g_rank == 0) {
-    std::printf("soak: %d ranks, %.0f s, seed %llu: %lld steps, %lld operations (ops counted on every rank)\n",
-                g_size, elapsed(), static_cast<unsigned long long>(opt.seed), static_cast<long long>(tot.steps),
-                static_cast<long long>(ops));
-    std::printf("soak:   allreduce %lld, grouped_allreduce %lld, allgather %lld, broadcast %lld, alltoall %lld, "
-                "reducescatter %lld\n",
-                static_cast<long long>(sums[2]), static_cast<long long>(sums[3]), static_cast<long long>(sums[4]),
-                static_cast<long long>(sums[5]), static_cast<long long>(sums[6]), static_cast<long long>(sums[7]));
+    std::printf(
+        "soak: %d ranks, %.0f s, seed %llu: %lld steps, %lld operations (ops counted on every "
+        "rank)\n",
+        g_size, elapsed(), static_cast<unsigned long long>(opt.seed),
+        static_cast<long long>(tot.steps), static_cast<long long>(ops));
+    std::printf(
+        "soak:   allreduce %lld, grouped_allreduce %lld, allgather %lld, broadcast %lld, alltoall "
+        "%lld, "
+        "reducescatter %lld\n",
+        static_cast<long long>(sums[2]), static_cast<long long>(sums[3]),
+        static_cast<long long>(sums[4]), static_cast<long long>(sums[5]),
+        static_cast<long long>(sums[6]), static_cast<long long>(sums[7]));
     std::printf("soak: bytes submitted %.3f GiB (all ranks), wrong values %lld\n",
                 static_cast<double>(sums[1]) / (1 << 30), static_cast<long long>(sums[0]));
     for (int r = 0; r < g_size; ++r) {
       const double* m = &all[r * 6];
-      std::printf("soak: rank %d resident MiB: start %.1f, after %.0f s warm-up %.1f, end %.1f, peak %.1f; "
-                  "slope after warm-up %+.3f MiB/min over %.0f samples\n",
-                  r, m[0], opt.warmup_seconds, m[1], m[2], m[3], m[4], m[5]);
+      std::printf(
+          "soak: rank %d resident MiB: start %.1f, after %.0f s warm-up %.1f, end %.1f, peak %.1f; "
+          "slope after warm-up %+.3f MiB/min over %.0f samples\n",
+          r, m[0], opt.warmup_seconds, m[1], m[2], m[3], m[4], m[5]);
     }
     const bool ok = sums[0] == 0 && !grew;
     std::printf("soak: %s%s%s\n", ok ? "PASS" : "FAIL", sums[0] ? " (wrong values)" : "",

@@ -49,7 +49,9 @@ TEST(TorchTensor, DtypeMapping) {
     } catch (const hvd::InvalidArgumentError& e) {
       const std::string m = e.what();
       EXPECT_NE(m.find(tname(t)), std::string::npos) << m;
-      EXPECT_NE(m.find("uint8, int8, int32, int64, float16, bfloat16, float32, float64"), std::string::npos) << m;
+      EXPECT_NE(m.find("uint8, int8, int32, int64, float16, bfloat16, float32, float64"),
+                std::string::npos)
+          << m;
       EXPECT_NE(m.find("convert it first"), std::string::npos) << m;
     }
   }
@@ -76,10 +78,12 @@ TEST_F(TorchCollectives, AllreduceEveryDtype) {
     const int64_t version = inplace._version();
     const at::Tensor& ret = ht::allreduce_(inplace, "t.inplace." + s, hvd::ReduceOp::kSum);
     EXPECT_TRUE(ret.is_same(inplace));
-    EXPECT_TRUE(same(inplace, at::full({2, 3}, want, at::kDouble))) << s << " in place: " << inplace;
+    EXPECT_TRUE(same(inplace, at::full({2, 3}, want, at::kDouble)))
+        << s << " in place: " << inplace;
     EXPECT_GT(inplace._version(), version);
     // Async, both forms.
-    ht::Handle h1 = ht::allreduce_async(at::full({4}, r() + 1, opts), "t.async." + s, hvd::ReduceOp::kSum);
+    ht::Handle h1 =
+        ht::allreduce_async(at::full({4}, r() + 1, opts), "t.async." + s, hvd::ReduceOp::kSum);
     at::Tensor target = at::full({4}, r() + 1, opts);
     ht::Handle h2 = ht::allreduce_async_(target, "t.async_." + s, hvd::ReduceOp::kMax);
     EXPECT_TRUE(same(ht::synchronize(h1), at::full({4}, want, at::kDouble))) << s;
@@ -92,7 +96,8 @@ TEST_F(TorchCollectives, AllreduceEveryDtype) {
 
 TEST_F(TorchCollectives, AllreduceScalesShapesAndEmpty) {
   at::Tensor t = at::full({3}, r() + 1, at::kFloat);
-  at::Tensor out = ht::allreduce(t, "t.scaled", hvd::ReduceOp::kSum, /*prescale=*/2.0, /*postscale=*/0.25);
+  at::Tensor out =
+      ht::allreduce(t, "t.scaled", hvd::ReduceOp::kSum, /*prescale=*/2.0, /*postscale=*/0.25);
   EXPECT_TRUE(same(out, at::full({3}, 0.5 * n() * (n() + 1) / 2.0, at::kDouble))) << out;
   at::Tensor scalar = at::scalar_tensor(r() + 1, at::kDouble);
   at::Tensor s = ht::allreduce(scalar, "t.scalar", hvd::ReduceOp::kSum);
@@ -110,7 +115,8 @@ TEST_F(TorchCollectives, AllreduceScalesShapesAndEmpty) {
 }
 
 TEST_F(TorchCollectives, GroupedAllreduce) {
-  std::vector<at::Tensor> in = {at::full({3}, r() + 1, at::kFloat), at::full({2, 2}, r() + 1, at::kLong),
+  std::vector<at::Tensor> in = {at::full({3}, r() + 1, at::kFloat),
+                                at::full({2, 2}, r() + 1, at::kLong),
                                 at::full({1}, r() + 1, at::kHalf)};
   const double want = n() * (n() + 1) / 2.0;
   std::vector<at::Tensor> out = ht::grouped_allreduce(in, "t.group", hvd::ReduceOp::kSum);
@@ -118,7 +124,8 @@ TEST_F(TorchCollectives, GroupedAllreduce) {
   for (std::size_t i = 0; i < 3; ++i) {
     EXPECT_TRUE(same(out[i], at::full(in[i].sizes(), want, at::kDouble))) << i << ": " << out[i];
     EXPECT_EQ(out[i].scalar_type(), in[i].scalar_type());
-    EXPECT_TRUE(same(in[i], at::full(in[i].sizes(), r() + 1, at::kDouble))) << "input " << i << " changed";
+    EXPECT_TRUE(same(in[i], at::full(in[i].sizes(), r() + 1, at::kDouble)))
+        << "input " << i << " changed";
   }
   ht::grouped_allreduce_(in, "t.group_", hvd::ReduceOp::kSum);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE(same(in[i], out[i])) << i;
@@ -140,7 +147,8 @@ TEST_F(TorchCollectives, AllgatherEveryDtype) {
     int64_t row = 0;
     for (int q = 0; q < n(); ++q)
       for (int k = 0; k <= q; ++k, ++row)
-        EXPECT_TRUE(same(all[row], at::arange(3, at::kDouble) + 10 * q)) << s << " row " << row << ": " << all[row];
+        EXPECT_TRUE(same(all[row], at::arange(3, at::kDouble) + 10 * q))
+            << s << " row " << row << ": " << all[row];
     ht::Handle h = ht::allgather_async(mine, "t.allgather.async." + s);
     EXPECT_TRUE(same(ht::synchronize(h), all)) << s;
   }
@@ -153,7 +161,8 @@ TEST_F(TorchCollectives, BroadcastEveryDtype) {
     at::Tensor mine = at::full({2, 3}, r() + 5, at::TensorOptions().dtype(type));
     at::Tensor copy = ht::broadcast(mine, root, "t.bcast." + s);
     EXPECT_TRUE(same(copy, at::full({2, 3}, root + 5, at::kDouble))) << s << ": " << copy;
-    EXPECT_TRUE(same(mine, at::full({2, 3}, r() + 5, at::kDouble))) << s << ": broadcast changed its input";
+    EXPECT_TRUE(same(mine, at::full({2, 3}, r() + 5, at::kDouble)))
+        << s << ": broadcast changed its input";
     const at::Tensor& ret = ht::broadcast_(mine, 0, "t.bcast_." + s);
     EXPECT_TRUE(ret.is_same(mine));
     EXPECT_TRUE(same(mine, at::full({2, 3}, 5, at::kDouble))) << s << ": " << mine;
@@ -177,7 +186,8 @@ TEST_F(TorchCollectives, AlltoallEveryDtype) {
     EXPECT_EQ(received, std::vector<int64_t>(static_cast<std::size_t>(n()), r() + 1)) << s;
     ASSERT_EQ(got.size(0), n() * (r() + 1)) << s;
     for (int q = 0; q < n(); ++q)
-      EXPECT_TRUE(same(got.narrow(0, q * (r() + 1), r() + 1), at::full({r() + 1, 2}, 10 * q + r(), at::kDouble)))
+      EXPECT_TRUE(same(got.narrow(0, q * (r() + 1), r() + 1),
+                       at::full({r() + 1, 2}, 10 * q + r(), at::kDouble)))
           << s << " from " << q << ": " << got;
   }
   // Equal parts (no splits).
@@ -195,8 +205,9 @@ TEST_F(TorchCollectives, ReducescatterEveryDtype) {
     const std::string s = tname(type);
     at::Tensor mine = (at::arange(rows, at::kDouble).view({rows, 1}).repeat({1, 2}) + r()).to(type);
     at::Tensor got = ht::reducescatter(mine, "t.rs." + s, hvd::ReduceOp::kSum);
-    at::Tensor want = at::arange(first, first + count, at::kDouble).view({count, 1}).repeat({1, 2}) * n() +
-                      n() * (n() - 1) / 2.0;
+    at::Tensor want =
+        at::arange(first, first + count, at::kDouble).view({count, 1}).repeat({1, 2}) * n() +
+        n() * (n() - 1) / 2.0;
     EXPECT_TRUE(same(got, want)) << s << ": " << got << " want " << want;
   }
 }
@@ -207,7 +218,8 @@ TEST_F(TorchCollectives, ReducescatterEveryDtype) {
 // ranks must throw hvd::InvalidArgumentError with every part of `want`; the others hvd::Error naming
 // the last rank. Afterwards a good allreduce still works.
 template <class Op>
-void expect_failure(const std::string& what, bool all, const std::vector<std::string>& want, Op op) {
+void expect_failure(const std::string& what, bool all, const std::vector<std::string>& want,
+                    Op op) {
   const bool bad = all || r() == n() - 1;
   try {
     op(bad);
@@ -215,28 +227,34 @@ void expect_failure(const std::string& what, bool all, const std::vector<std::st
   } catch (const hvd::InvalidArgumentError& e) {
     const std::string m = e.what();
     if (bad) {
-      for (const auto& w : want) EXPECT_NE(m.find(w), std::string::npos) << what << ": '" << w << "' not in: " << m;
+      for (const auto& w : want)
+        EXPECT_NE(m.find(w), std::string::npos) << what << ": '" << w << "' not in: " << m;
     } else {
       EXPECT_NE(m.find("rank " + std::to_string(n() - 1)), std::string::npos) << what << ": " << m;
     }
   } catch (const hvd::Error& e) {
     EXPECT_FALSE(bad) << what << ": the bad rank threw a plain hvd::Error: " << e.what();
-    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(n() - 1)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(n() - 1)), std::string::npos)
+        << e.what();
   }
   at::Tensor ok = ht::allreduce(at::ones({2}), "t.after." + what, hvd::ReduceOp::kSum);
   EXPECT_TRUE(same(ok, at::full({2}, n(), at::kDouble))) << what << ": the next operation failed";
 }
 
 at::Tensor good() { return at::arange(12, at::kFloat).view({3, 4}); }
-at::Tensor transposed() { return at::arange(12, at::kFloat).view({4, 3}).t(); }  // 3x4, not contiguous
+at::Tensor transposed() {
+  return at::arange(12, at::kFloat).view({4, 3}).t();
+}  // 3x4, not contiguous
 
-const std::vector<std::string> kNotContiguous = {"is not contiguous", "strides [1,3]", ".contiguous()"};
+const std::vector<std::string> kNotContiguous = {"is not contiguous", "strides [1,3]",
+                                                 ".contiguous()"};
 
 TEST_F(TorchCollectives, NonContiguousFailsEveryRank) {
   for (bool all : {false, true}) {
     const std::string tag = all ? ".all" : ".one";
     auto want = kNotContiguous;
-    want.push_back("hvd::torch::allreduce of 'e.nc" + tag + "' failed: the tensor is not contiguous");
+    want.push_back("hvd::torch::allreduce of 'e.nc" + tag +
+                   "' failed: the tensor is not contiguous");
     expect_failure("allreduce" + tag, all, want,
                    [&](bool bad) { ht::allreduce(bad ? transposed() : good(), "e.nc" + tag); });
     expect_failure("allreduce_" + tag, all, kNotContiguous, [&](bool bad) {
@@ -254,16 +272,21 @@ TEST_F(TorchCollectives, NonContiguousFailsEveryRank) {
     });
     expect_failure("reducescatter" + tag, all, kNotContiguous,
                    [&](bool bad) { ht::reducescatter(bad ? transposed() : good(), "e.rs" + tag); });
-    expect_failure("grouped" + tag, all, {"tensor 1 ('e.grp" + tag + ".1') is not contiguous", ".contiguous()"},
-                   [&](bool bad) { ht::grouped_allreduce({good(), bad ? transposed() : good()}, "e.grp" + tag); });
+    expect_failure("grouped" + tag, all,
+                   {"tensor 1 ('e.grp" + tag + ".1') is not contiguous", ".contiguous()"},
+                   [&](bool bad) {
+                     ht::grouped_allreduce({good(), bad ? transposed() : good()}, "e.grp" + tag);
+                   });
   }
 }
 
 TEST_F(TorchCollectives, UnsupportedDtypeFailsEveryRank) {
-  expect_failure("bool", false, {"dtype Bool", "uint8, int8, int32, int64, float16, bfloat16, float32, float64",
-                                 ".to(torch::kUInt8)"},
+  expect_failure("bool", false,
+                 {"dtype Bool", "uint8, int8, int32, int64, float16, bfloat16, float32, float64",
+                  ".to(torch::kUInt8)"},
                  [](bool bad) {
-                   ht::allreduce(bad ? at::ones({4}, at::kBool) : at::ones({4}, at::kByte), "e.bool");
+                   ht::allreduce(bad ? at::ones({4}, at::kBool) : at::ones({4}, at::kByte),
+                                 "e.bool");
                  });
   expect_failure("complex", true, {"dtype ComplexFloat", "view_as_real"},
                  [](bool) { ht::allreduce(at::ones({4}, at::kComplexFloat), "e.complex"); });
@@ -273,10 +296,12 @@ TEST_F(TorchCollectives, UnsupportedDtypeFailsEveryRank) {
 }
 
 TEST_F(TorchCollectives, OtherBadTensorsFailEveryRank) {
-  expect_failure("undefined", false, {"is undefined"},
-                 [](bool bad) { ht::allreduce(bad ? at::Tensor() : at::ones({4}), "e.undefined"); });
-  expect_failure("meta", false, {"is on meta", "CPU or CUDA"},
-                 [](bool bad) { ht::allreduce(at::ones({4}, at::TensorOptions().device(bad ? at::kMeta : at::kCPU)), "e.meta"); });
+  expect_failure("undefined", false, {"is undefined"}, [](bool bad) {
+    ht::allreduce(bad ? at::Tensor() : at::ones({4}), "e.undefined");
+  });
+  expect_failure("meta", false, {"is on meta", "CPU or CUDA"}, [](bool bad) {
+    ht::allreduce(at::ones({4}, at::TensorOptions().device(bad ? at::kMeta : at::kCPU)), "e.meta");
+  });
   expect_failure("sparse", true, {"layout Sparse", ".to_dense()"},
                  [](bool) { ht::allreduce(at::ones({4}).to_sparse(), "e.sparse"); });
 }

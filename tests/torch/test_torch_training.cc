@@ -48,10 +48,13 @@ TEST_F(TorchTraining, HorovodStyleSnippetCompilesAndRuns) {
   hvd::torch::broadcast_optimizer_state(optimizer, 0);
   hvd::torch::DistributedOptimizer opt(optimizer, model->named_parameters());
   loss = model->forward(x).sum();
-  opt.zero_grad(); loss.backward(); opt.step();
+  opt.zero_grad();
+  loss.backward();
+  opt.step();
   // <<<
   for (const auto& p : model->named_parameters())
-    EXPECT_TRUE(same_everywhere(p.value(), "snippet." + p.key())) << p.key() << " differs between ranks";
+    EXPECT_TRUE(same_everywhere(p.value(), "snippet." + p.key()))
+        << p.key() << " differs between ranks";
   EXPECT_EQ(opt.stats().steps, 1);
 }
 
@@ -59,10 +62,12 @@ TEST_F(TorchTraining, HorovodStyleSnippetCompilesAndRuns) {
 
 TEST_F(TorchTraining, BroadcastParametersAndBuffers) {
   torch::manual_seed(100 + r());
-  torch::nn::Sequential model(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4), torch::nn::Linear(4, 2));
+  torch::nn::Sequential model(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4),
+                              torch::nn::Linear(4, 2));
   for (auto& b : model->buffers()) b.fill_(r() + 1);  // running mean/var, num_batches_tracked
   ht::broadcast_parameters(*model, /*root=*/n() - 1);
-  for (const auto& p : model->named_parameters()) EXPECT_TRUE(same_everywhere(p.value(), "bp." + p.key())) << p.key();
+  for (const auto& p : model->named_parameters())
+    EXPECT_TRUE(same_everywhere(p.value(), "bp." + p.key())) << p.key();
   for (const auto& b : model->named_buffers()) {
     EXPECT_TRUE(same_everywhere(b.value(), "bb." + b.key())) << b.key();
     EXPECT_EQ(b.value().flatten()[0].item<double>(), n()) << b.key() << ": not root's";
@@ -70,13 +75,16 @@ TEST_F(TorchTraining, BroadcastParametersAndBuffers) {
   torch::manual_seed(200 + r());
   torch::nn::Linear lin(5, 5);
   ht::broadcast_parameters(lin, 0);
-  for (const auto& p : lin->named_parameters()) EXPECT_TRUE(same_everywhere(p.value(), "bl." + p.key())) << p.key();
+  for (const auto& p : lin->named_parameters())
+    EXPECT_TRUE(same_everywhere(p.value(), "bl." + p.key())) << p.key();
   // A non-contiguous parameter goes through a contiguous copy.
   at::Tensor nc = at::full({4, 3}, r(), at::kFloat).t();
   ht::broadcast_parameters(std::vector<std::pair<std::string, at::Tensor>>{{"nc", nc}}, 0);
   EXPECT_EQ(nc.abs().sum().item<double>(), 0);
-  EXPECT_THROW(ht::broadcast_parameters(std::vector<std::pair<std::string, at::Tensor>>{{"twice", nc}, {"twice", nc}}, 0),
-               hvd::InvalidArgumentError);
+  EXPECT_THROW(
+      ht::broadcast_parameters(
+          std::vector<std::pair<std::string, at::Tensor>>{{"twice", nc}, {"twice", nc}}, 0),
+      hvd::InvalidArgumentError);
 }
 
 // ---- broadcast_optimizer_state -----------------------------------------------------------------------
@@ -85,14 +93,16 @@ TEST_F(TorchTraining, BroadcastParametersAndBuffers) {
 void take_steps(torch::nn::Linear& model, torch::optim::Optimizer& opt, int steps) {
   for (int s = 0; s < steps; ++s) {
     opt.zero_grad();
-    torch::Tensor loss = (model->forward(torch::ones({2, 4}) * (r() + s + 1)) * (r() + 1)).pow(2).sum();
+    torch::Tensor loss =
+        (model->forward(torch::ones({2, 4}) * (r() + s + 1)) * (r() + 1)).pow(2).sum();
     loss.backward();
     opt.step();
   }
 }
 
 // The optimizer's state tensors in parameter order, as one tensor per field (undefined -> empty).
-std::vector<at::Tensor> state_of(torch::optim::Optimizer& opt, const std::vector<std::string>& fields) {
+std::vector<at::Tensor> state_of(torch::optim::Optimizer& opt,
+                                 const std::vector<std::string>& fields) {
   std::vector<at::Tensor> v;
   for (const auto& p : opt.param_groups()[0].params()) {
     auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
@@ -102,16 +112,23 @@ std::vector<at::Tensor> state_of(torch::optim::Optimizer& opt, const std::vector
     }
     for (const auto& f : fields) {
       at::Tensor t;
-      if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(it->second.get())) t = s->momentum_buffer();
+      if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(it->second.get()))
+        t = s->momentum_buffer();
       if (auto* s = dynamic_cast<torch::optim::AdamParamState*>(it->second.get()))
-        t = f == "exp_avg" ? s->exp_avg() : f == "exp_avg_sq" ? s->exp_avg_sq() : f == "max" ? s->max_exp_avg_sq()
-                                                                                            : at::full({1}, s->step());
+        t = f == "exp_avg"      ? s->exp_avg()
+            : f == "exp_avg_sq" ? s->exp_avg_sq()
+            : f == "max"        ? s->max_exp_avg_sq()
+                                : at::full({1}, s->step());
       if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get()))
-        t = f == "exp_avg" ? s->exp_avg() : f == "exp_avg_sq" ? s->exp_avg_sq() : f == "max" ? s->max_exp_avg_sq()
-                                                                                            : at::full({1}, s->step());
+        t = f == "exp_avg"      ? s->exp_avg()
+            : f == "exp_avg_sq" ? s->exp_avg_sq()
+            : f == "max"        ? s->max_exp_avg_sq()
+                                : at::full({1}, s->step());
       if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(it->second.get()))
-        t = f == "square_avg" ? s->square_avg() : f == "momentum_buffer" ? s->momentum_buffer()
-                                                : f == "grad_avg" ? s->grad_avg() : at::full({1}, s->step());
+        t = f == "square_avg"        ? s->square_avg()
+            : f == "momentum_buffer" ? s->momentum_buffer()
+            : f == "grad_avg"        ? s->grad_avg()
+                                     : at::full({1}, s->step());
       if (auto* s = dynamic_cast<torch::optim::AdagradParamState*>(it->second.get()))
         t = f == "sum" ? s->sum() : at::full({1}, s->step());
       v.push_back(t.defined() ? t.detach().flatten().to(at::kDouble) : at::empty({0}, at::kDouble));
@@ -123,7 +140,8 @@ std::vector<at::Tensor> state_of(torch::optim::Optimizer& opt, const std::vector
 // Root took 2 steps, rank 1 one, the others none; after the broadcast every rank has root's state
 // and options, and one more identical step leaves identical parameters.
 template <class Optimizer, class Options>
-void check_optimizer(const std::string& tag, Options options, const std::vector<std::string>& fields) {
+void check_optimizer(const std::string& tag, Options options,
+                     const std::vector<std::string>& fields) {
   torch::manual_seed(5);
   torch::nn::Linear model(4, 3);
   Optimizer opt(model->parameters(), options);
@@ -134,11 +152,13 @@ void check_optimizer(const std::string& tag, Options options, const std::vector<
   EXPECT_EQ(opt.param_groups()[0].options().get_lr(), 0.0123) << tag;
   const std::vector<at::Tensor> st = state_of(opt, fields);
   for (std::size_t i = 0; i < st.size(); ++i) {
-    EXPECT_GT(st[i].numel() + (fields[i % fields.size()] == "max" || fields[i % fields.size()] == "momentum_buffer" ||
+    EXPECT_GT(st[i].numel() + (fields[i % fields.size()] == "max" ||
+                               fields[i % fields.size()] == "momentum_buffer" ||
                                fields[i % fields.size()] == "grad_avg"),
               0)
         << tag << " state " << i << " missing";
-    EXPECT_TRUE(same_everywhere(st[i], tag + ".st" + std::to_string(i))) << tag << " state " << i << " differs";
+    EXPECT_TRUE(same_everywhere(st[i], tag + ".st" + std::to_string(i)))
+        << tag << " state " << i << " differs";
   }
   // The same gradient everywhere: the update must be the same everywhere.
   opt.zero_grad();
@@ -149,11 +169,12 @@ void check_optimizer(const std::string& tag, Options options, const std::vector<
 }
 
 TEST_F(TorchTraining, BroadcastOptimizerStateSGD) {
-  check_optimizer<torch::optim::SGD>("sgd", torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.1),
-                                     {"momentum_buffer"});
+  check_optimizer<torch::optim::SGD>(
+      "sgd", torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.1), {"momentum_buffer"});
 }
 TEST_F(TorchTraining, BroadcastOptimizerStateAdam) {
-  check_optimizer<torch::optim::Adam>("adam", torch::optim::AdamOptions(0.01), {"exp_avg", "exp_avg_sq", "step"});
+  check_optimizer<torch::optim::Adam>("adam", torch::optim::AdamOptions(0.01),
+                                      {"exp_avg", "exp_avg_sq", "step"});
   check_optimizer<torch::optim::Adam>("adam.amsgrad", torch::optim::AdamOptions(0.01).amsgrad(true),
                                       {"exp_avg", "exp_avg_sq", "max", "step"});
 }
@@ -162,9 +183,11 @@ TEST_F(TorchTraining, BroadcastOptimizerStateAdamW) {
                                        {"exp_avg", "exp_avg_sq", "max", "step"});
 }
 TEST_F(TorchTraining, BroadcastOptimizerStateRMSpropAdagrad) {
-  check_optimizer<torch::optim::RMSprop>("rmsprop", torch::optim::RMSpropOptions(0.01).momentum(0.5).centered(true),
-                                         {"square_avg", "momentum_buffer", "grad_avg", "step"});
-  check_optimizer<torch::optim::Adagrad>("adagrad", torch::optim::AdagradOptions(0.1), {"sum", "step"});
+  check_optimizer<torch::optim::RMSprop>(
+      "rmsprop", torch::optim::RMSpropOptions(0.01).momentum(0.5).centered(true),
+      {"square_avg", "momentum_buffer", "grad_avg", "step"});
+  check_optimizer<torch::optim::Adagrad>("adagrad", torch::optim::AdagradOptions(0.1),
+                                         {"sum", "step"});
 }
 
 TEST_F(TorchTraining, BroadcastOptimizerStateRootWithoutState) {
@@ -179,14 +202,17 @@ TEST_F(TorchTraining, BroadcastOptimizerStateRootWithoutState) {
 TEST_F(TorchTraining, BroadcastOptimizerStateMismatchFailsEveryRank) {
   torch::nn::Linear model(4, 3);
   std::unique_ptr<torch::optim::Optimizer> opt;
-  if (r() == 0) opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
-  else opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.1));
+  if (r() == 0)
+    opt = std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
+  else
+    opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(0.1));
   if (n() > 1) {
     try {
       ht::broadcast_optimizer_state(*opt, 0);
       ADD_FAILURE() << "no error on rank " << r();
     } catch (const hvd::InvalidArgumentError& e) {
-      EXPECT_NE(std::string(e.what()).find(r() == 0 ? "another rank's optimizer differs" : "holds the state of SGD"),
+      EXPECT_NE(std::string(e.what()).find(r() == 0 ? "another rank's optimizer differs"
+                                                    : "holds the state of SGD"),
                 std::string::npos)
           << e.what();
     }
@@ -196,8 +222,9 @@ TEST_F(TorchTraining, BroadcastOptimizerStateMismatchFailsEveryRank) {
     ht::broadcast_optimizer_state(lbfgs, 0);
     ADD_FAILURE() << "LBFGS accepted";
   } catch (const hvd::InvalidArgumentError& e) {
-    EXPECT_NE(std::string(e.what()).find("supported: torch::optim::SGD, Adam, AdamW, Adagrad, RMSprop"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("supported: torch::optim::SGD, Adam, AdamW, Adagrad, RMSprop"),
+        std::string::npos)
         << e.what();
   }
 }
@@ -206,15 +233,18 @@ TEST_F(TorchTraining, BroadcastOptimizerStateMismatchFailsEveryRank) {
 
 torch::nn::Sequential make_model() {
   torch::manual_seed(11);
-  torch::nn::Sequential m(torch::nn::Linear(5, 4), torch::nn::Functional(torch::tanh), torch::nn::Linear(4, 2));
+  torch::nn::Sequential m(torch::nn::Linear(5, 4), torch::nn::Functional(torch::tanh),
+                          torch::nn::Linear(4, 2));
   m->to(torch::kDouble);
   return m;
 }
 
 // Rank q's batch at (step, pass): 3 rows of 5 inputs and 2 targets, deterministic.
 std::pair<torch::Tensor, torch::Tensor> batch(int q, int step, int pass) {
-  torch::Tensor x = torch::sin(torch::arange(15, torch::kDouble).view({3, 5}) * 0.37 + q * 1.3 + step * 0.7 + pass * 0.11);
-  torch::Tensor y = torch::cos(torch::arange(6, torch::kDouble).view({3, 2}) * 0.5 + q + step * 0.3 + pass * 0.2);
+  torch::Tensor x = torch::sin(torch::arange(15, torch::kDouble).view({3, 5}) * 0.37 + q * 1.3 +
+                               step * 0.7 + pass * 0.11);
+  torch::Tensor y =
+      torch::cos(torch::arange(6, torch::kDouble).view({3, 2}) * 0.5 + q + step * 0.3 + pass * 0.2);
   return {x, y};
 }
 
@@ -225,7 +255,8 @@ torch::Tensor local_loss(torch::nn::Sequential& m, int q, int step, int pass) {
 
 // Trains `steps` steps with a DistributedOptimizer and, on the side, the single-process reference on
 // the global batch (every rank's data, computed locally); their parameters must agree.
-void check_distributed(const std::string& tag, ht::DistributedOptimizerOptions options, double rtol) {
+void check_distributed(const std::string& tag, ht::DistributedOptimizerOptions options,
+                       double rtol) {
   const int steps = 3, passes = options.backward_passes_per_step;
   torch::nn::Sequential model = make_model(), ref = make_model();
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -247,7 +278,9 @@ void check_distributed(const std::string& tag, ht::DistributedOptimizerOptions o
   auto b = ref->named_parameters();
   for (std::size_t i = 0; i < a.size(); ++i)
     EXPECT_TRUE(torch::allclose(a[i].value(), b[i].value(), rtol, 1e-9))
-        << tag << " " << a[i].key() << ": distributed\n" << a[i].value() << "\nreference\n" << b[i].value();
+        << tag << " " << a[i].key() << ": distributed\n"
+        << a[i].value() << "\nreference\n"
+        << b[i].value();
   EXPECT_EQ(opt.stats().steps, steps) << tag;
   EXPECT_GT(opt.stats().step_seconds, 0) << tag;
   EXPECT_GE(opt.stats().wait_seconds, 0) << tag;
@@ -261,7 +294,8 @@ TEST_F(TorchTraining, DistributedOptimizerMatchesTheGlobalBatch) {
   check_distributed("average.after_backward", {.overlap = false}, 1e-10);
   check_distributed("sum", {.op = hvd::ReduceOp::kSum}, 1e-10);
   check_distributed("two_passes", {.backward_passes_per_step = 2}, 1e-10);
-  check_distributed("two_passes.after_backward", {.backward_passes_per_step = 2, .overlap = false}, 1e-10);
+  check_distributed("two_passes.after_backward", {.backward_passes_per_step = 2, .overlap = false},
+                    1e-10);
   check_distributed("fp16", {.compression = ht::Compression::kFP16}, 2e-2);
 }
 
@@ -301,12 +335,14 @@ TEST_F(TorchTraining, DistributedOptimizerErrors) {
       model->forward(x).sum().backward();  // a second backward pass with backward_passes_per_step 1
       ADD_FAILURE() << "no error";
     } catch (const std::exception& e) {
-      EXPECT_NE(std::string(e.what()).find("was computed 2 times since the last step(), but backward_passes_per_step is 1"),
-                std::string::npos)
+      EXPECT_NE(
+          std::string(e.what()).find(
+              "was computed 2 times since the last step(), but backward_passes_per_step is 1"),
+          std::string::npos)
           << e.what();
     }
     EXPECT_THROW(opt.zero_grad(), hvd::InvalidArgumentError);  // all-reduces in flight
-    opt.step();                                                // completes them (every rank the same)
+    opt.step();  // completes them (every rank the same)
     opt.zero_grad();
     EXPECT_THROW(opt.step([] { return torch::zeros({}); }), hvd::InvalidArgumentError);
   }
@@ -315,14 +351,17 @@ TEST_F(TorchTraining, DistributedOptimizerErrors) {
     ht::DistributedOptimizer bad(sgd, other->named_parameters());
     ADD_FAILURE() << "unnamed parameters accepted";
   } catch (const hvd::InvalidArgumentError& e) {
-    EXPECT_NE(std::string(e.what()).find("2 of the optimizer's parameters are not in named_parameters"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("2 of the optimizer's parameters are not in named_parameters"),
+        std::string::npos)
         << e.what();
   }
-  EXPECT_THROW(ht::DistributedOptimizer(sgd, ht::DistributedOptimizerOptions{.backward_passes_per_step = 0}),
-               hvd::InvalidArgumentError);
-  EXPECT_THROW(ht::DistributedOptimizer(sgd, ht::DistributedOptimizerOptions{.op = hvd::ReduceOp::kMax}),
-               hvd::InvalidArgumentError);
+  EXPECT_THROW(
+      ht::DistributedOptimizer(sgd, ht::DistributedOptimizerOptions{.backward_passes_per_step = 0}),
+      hvd::InvalidArgumentError);
+  EXPECT_THROW(
+      ht::DistributedOptimizer(sgd, ht::DistributedOptimizerOptions{.op = hvd::ReduceOp::kMax}),
+      hvd::InvalidArgumentError);
 }
 
 TEST_F(TorchTraining, DistributedOptimizerLearningRateFollowsEitherSide) {
@@ -334,7 +373,8 @@ TEST_F(TorchTraining, DistributedOptimizerLearningRateFollowsEitherSide) {
     model->forward(torch::ones({1, 3})).sum().backward();
     opt.step();
   };
-  opt.param_groups()[0].options().set_lr(0.5);  // as a scheduler given the DistributedOptimizer would
+  opt.param_groups()[0].options().set_lr(
+      0.5);  // as a scheduler given the DistributedOptimizer would
   run();
   EXPECT_EQ(sgd.param_groups()[0].options().get_lr(), 0.5);
   sgd.param_groups()[0].options().set_lr(0.25);  // on the wrapped optimizer
@@ -349,9 +389,11 @@ TEST_F(TorchTraining, DistributedOptimizerLearningRateFollowsEitherSide) {
 
 TEST_F(TorchTraining, CheckpointerRestoresModelAndOptimizerState) {
   // One directory for all ranks (rank 0 writes), named after rank 0's process id.
-  at::Tensor pid = ht::broadcast(at::full({1}, static_cast<int64_t>(getpid()), at::kLong), 0, "ckpt.pid");
+  at::Tensor pid =
+      ht::broadcast(at::full({1}, static_cast<int64_t>(getpid()), at::kLong), 0, "ckpt.pid");
   const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("hvd-torch-ckpt-" + std::to_string(pid.item<int64_t>()))).string();
+                           ("hvd-torch-ckpt-" + std::to_string(pid.item<int64_t>())))
+                              .string();
   torch::manual_seed(9);
   torch::nn::Linear model(4, 3);
   torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
@@ -375,13 +417,15 @@ TEST_F(TorchTraining, CheckpointerRestoresModelAndOptimizerState) {
   for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << i;
   const std::vector<at::Tensor> got_state = state_of(fresh_adam, {"exp_avg", "exp_avg_sq", "step"});
   ASSERT_EQ(got_state.size(), want_state.size());
-  for (std::size_t i = 0; i < got_state.size(); ++i) EXPECT_TRUE(at::equal(got_state[i], want_state[i])) << i;
+  for (std::size_t i = 0; i < got_state.size(); ++i)
+    EXPECT_TRUE(at::equal(got_state[i], want_state[i])) << i;
   EXPECT_EQ(fresh_adam.param_groups()[0].options().get_lr(), 0.01);
   // The next step is the same in both.
   take_steps(model, adam, 1);
   take_steps(fresh, fresh_adam, 1);
   got = fresh->parameters();
-  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], model->parameters()[i])) << i;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(at::equal(got[i], model->parameters()[i])) << i;
   // The wrong optimizer kind is refused with a message saying so.
   torch::optim::SGD sgd(fresh->parameters(), torch::optim::SGDOptions(0.1));
   try {
@@ -432,7 +476,8 @@ TEST(TorchSampler, RanksTogetherTakeTheGlobalBatches) {
   EXPECT_EQ(s.indices(), e0);
   ht::DistributedSampler ordered(5, 2, 1, /*shuffle=*/false);
   ordered.reset();
-  EXPECT_EQ(ordered.indices(), (std::vector<std::size_t>{1, 3, 0}));  // padded with the first sample
+  EXPECT_EQ(ordered.indices(),
+            (std::vector<std::size_t>{1, 3, 0}));  // padded with the first sample
   ht::DistributedSampler dropped(5, 2, 1, false, 0, /*drop_last=*/true);
   dropped.reset();
   EXPECT_EQ(dropped.indices(), (std::vector<std::size_t>{1, 3}));

@@ -18,10 +18,10 @@
 namespace hvdtest {
 
 struct CatalogueRow {
-  int line = 0;          // in docs/errors.md
-  std::string section;   // the "## " heading above it
-  std::string templ;     // the first `code` span of the row's first cell
-  std::string pattern;   // templ as an ECMAScript regex
+  int line = 0;         // in docs/errors.md
+  std::string section;  // the "## " heading above it
+  std::string templ;    // the first `code` span of the row's first cell
+  std::string pattern;  // templ as an ECMAScript regex
   std::regex re;
 };
 
@@ -55,7 +55,8 @@ inline std::string template_to_pattern(const std::string& templ) {
       const size_t end = templ.find('>', i);
       const std::string word = end == std::string::npos ? "" : templ.substr(i + 1, end - i - 1);
       bool is_word = !word.empty();
-      for (char c : word) is_word = is_word && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+      for (char c : word)
+        is_word = is_word && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
       if (is_word) {
         out += "(?:" + placeholder_pattern(word) + ")";
         i = end + 1;
@@ -96,7 +97,8 @@ inline std::vector<CatalogueRow> load_catalogue(const std::string& path, std::st
     try {
       row.re = std::regex(row.pattern, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
-      *error = path + ":" + std::to_string(n) + ": template `" + row.templ + "` is not a valid pattern: " + e.what();
+      *error = path + ":" + std::to_string(n) + ": template `" + row.templ +
+               "` is not a valid pattern: " + e.what();
       return {};
     }
     rows.push_back(std::move(row));
@@ -106,7 +108,8 @@ inline std::vector<CatalogueRow> load_catalogue(const std::string& path, std::st
 }
 
 // The rows whose template matches the whole message.
-inline std::vector<const CatalogueRow*> matching_rows(const std::vector<CatalogueRow>& rows, const std::string& message) {
+inline std::vector<const CatalogueRow*> matching_rows(const std::vector<CatalogueRow>& rows,
+                                                      const std::string& message) {
   std::vector<const CatalogueRow*> out;
   for (const auto& r : rows)
     if (std::regex_match(message, r.re)) out.push_back(&r);
@@ -114,7 +117,8 @@ inline std::vector<const CatalogueRow*> matching_rows(const std::vector<Catalogu
 }
 
 // "" when `message` matches exactly one row, else what is wrong (for a test failure).
-inline std::string catalogue_mismatch(const std::vector<CatalogueRow>& rows, const std::string& message) {
+inline std::string catalogue_mismatch(const std::vector<CatalogueRow>& rows,
+                                      const std::string& message) {
   const auto m = matching_rows(rows, message);
   if (m.size() == 1) return "";
   std::ostringstream s;
@@ -131,7 +135,8 @@ inline std::string catalogue_mismatch(const std::vector<CatalogueRow>& rows, con
 // Returns the repeated prefix, or "".
 inline std::string repeated_prefix(const std::string& text) {
   static const std::regex failed(
-      "(allreduce|allgather|broadcast|alltoall|reducescatter|grouped_allreduce|<op>) of '[^']*' failed:");
+      "(allreduce|allgather|broadcast|alltoall|reducescatter|grouped_allreduce|<op>) of '[^']*' "
+      "failed:");
   static const std::regex rank("\\brank (-?[0-9]+|<rank>|<rank0>):");
   for (const std::regex* re : {&failed, &rank}) {
     auto begin = std::sregex_iterator(text.begin(), text.end(), *re);

@@ -39,8 +39,10 @@ const Env kOpenMpi = {{"OMPI_COMM_WORLD_RANK", "5"},
                       {"OMPI_COMM_WORLD_NODE_RANK", "1"}};
 
 // srun -N 3 -n 5 with tasks 2,2,1: task 4 is the only one on the third node.
-const Env kSlurm = {{"SLURM_PROCID", "4"},          {"SLURM_NTASKS", "5"},
-                    {"SLURM_LOCALID", "0"},         {"SLURM_NODEID", "2"},
+const Env kSlurm = {{"SLURM_PROCID", "4"},
+                    {"SLURM_NTASKS", "5"},
+                    {"SLURM_LOCALID", "0"},
+                    {"SLURM_NODEID", "2"},
                     {"SLURM_STEP_NODELIST", "n[07-08],login3"},
                     {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
                     {"SLURM_JOB_NODELIST", "n[07-09],login3"},
@@ -103,10 +105,8 @@ TEST(OpenMpiResolver, MalformedOrInconsistentValuesNameTheVariable) {
 }
 
 TEST(MpichResolver, ReadsPmiAndHydraLocalVariables) {
-  auto p = resolve_mpich(fake({{"PMI_RANK", "3"},
-                               {"PMI_SIZE", "6"},
-                               {"MPI_LOCALRANKID", "0"},
-                               {"MPI_LOCALNRANKS", "3"}}));
+  auto p = resolve_mpich(fake(
+      {{"PMI_RANK", "3"}, {"PMI_SIZE", "6"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "3"}}));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->source, "MPICH/PMI");
   EXPECT_EQ(p->rank, 3);
@@ -146,9 +146,12 @@ TEST(SlurmResolver, StepVariablesGiveNodeAndLocalSize) {
 }
 
 TEST(SlurmResolver, JobVariablesWhenNoStep) {
-  Env e = {{"SLURM_PROCID", "3"},       {"SLURM_NTASKS", "6"},
-           {"SLURM_LOCALID", "1"},      {"SLURM_NODEID", "1"},
-           {"SLURM_JOB_NODELIST", "b04-[09-11]"}, {"SLURM_TASKS_PER_NODE", "2(x3)"}};
+  Env e = {{"SLURM_PROCID", "3"},
+           {"SLURM_NTASKS", "6"},
+           {"SLURM_LOCALID", "1"},
+           {"SLURM_NODEID", "1"},
+           {"SLURM_JOB_NODELIST", "b04-[09-11]"},
+           {"SLURM_TASKS_PER_NODE", "2(x3)"}};
   auto p = resolve_slurm(fake(e));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->local_size, 2);
@@ -157,7 +160,9 @@ TEST(SlurmResolver, JobVariablesWhenNoStep) {
 }
 
 TEST(SlurmResolver, UniformTasksWithoutNodeId) {
-  Env e = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"},
+  Env e = {{"SLURM_PROCID", "0"},
+           {"SLURM_NTASKS", "4"},
+           {"SLURM_LOCALID", "0"},
            {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}};
   auto p = resolve_slurm(fake(e));
   ASSERT_TRUE(p);
@@ -195,7 +200,9 @@ TEST(SlurmResolver, InconsistenciesAreErrors) {
             std::string::npos)
       << msg;
 
-  e = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "3"}, {"SLURM_LOCALID", "0"},
+  e = {{"SLURM_PROCID", "0"},
+       {"SLURM_NTASKS", "3"},
+       {"SLURM_LOCALID", "0"},
        {"SLURM_STEP_TASKS_PER_NODE", "2,1"}};  // uneven and no SLURM_NODEID
   msg = error_of([&] { resolve_slurm(fake(e)); });
   EXPECT_NE(msg.find("tasks on this node are unknown"), std::string::npos) << msg;
@@ -225,13 +232,13 @@ TEST(SlurmAllocation, NodesAndTasksPerNodeInOrder) {
                                   {"SLURM_JOB_NODELIST", "node[01-03,07]"},
                                   {"SLURM_TASKS_PER_NODE", "2(x3),1"}}));
   ASSERT_TRUE(a);
-  EXPECT_EQ(*a, (std::vector<HostSlots>{{"node01", 2}, {"node02", 2}, {"node03", 2}, {"node07", 1}}));
+  EXPECT_EQ(*a,
+            (std::vector<HostSlots>{{"node01", 2}, {"node02", 2}, {"node03", 2}, {"node07", 1}}));
 }
 
 TEST(SlurmAllocation, NtasksPerNodeWhenTasksPerNodeMissing) {
-  auto a = slurm_allocation(fake({{"SLURM_JOB_ID", "7"},
-                                  {"SLURM_NODELIST", "x,y[1-2]"},
-                                  {"SLURM_NTASKS_PER_NODE", "3"}}));
+  auto a = slurm_allocation(fake(
+      {{"SLURM_JOB_ID", "7"}, {"SLURM_NODELIST", "x,y[1-2]"}, {"SLURM_NTASKS_PER_NODE", "3"}}));
   ASSERT_TRUE(a);
   EXPECT_EQ(*a, (std::vector<HostSlots>{{"x", 3}, {"y1", 3}, {"y2", 3}}));
 }
@@ -241,7 +248,8 @@ TEST(SlurmAllocation, ErrorsNameTheJobAndVariables) {
   EXPECT_NE(msg.find("job 9"), std::string::npos) << msg;
   EXPECT_NE(msg.find("SLURM_JOB_NODELIST"), std::string::npos) << msg;
   msg = error_of([] {
-    slurm_allocation(fake({{"SLURM_JOB_ID", "9"}, {"SLURM_JOB_NODELIST", "a[1-3]"},
+    slurm_allocation(fake({{"SLURM_JOB_ID", "9"},
+                           {"SLURM_JOB_NODELIST", "a[1-3]"},
                            {"SLURM_TASKS_PER_NODE", "1(x2)"}}));
   });
   EXPECT_NE(msg.find("names 3 nodes"), std::string::npos) << msg;
@@ -250,7 +258,8 @@ TEST(SlurmAllocation, ErrorsNameTheJobAndVariables) {
   });
   EXPECT_NE(msg.find("SLURM_TASKS_PER_NODE"), std::string::npos) << msg;
   msg = error_of([] {
-    slurm_allocation(fake({{"SLURM_JOB_ID", "9"}, {"SLURM_JOB_NODELIST", "a[1-2"},
+    slurm_allocation(fake({{"SLURM_JOB_ID", "9"},
+                           {"SLURM_JOB_NODELIST", "a[1-2"},
                            {"SLURM_TASKS_PER_NODE", "1(x2)"}}));
   });
   EXPECT_NE(msg.find("SLURM_JOB_NODELIST: invalid SLURM hostlist 'a[1-2' at position 1"),

@@ -62,18 +62,18 @@ TEST_P(HostfileBadLine, ErrorNamesFileAndLineNumber) {
   EXPECT_NE(msg.find(c.mention), std::string::npos) << msg;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, HostfileBadLine,
-    ::testing::Values(BadLine{"a slots=2\n# c\n\na slots=1\n", 4, "listed twice"},
-                      BadLine{"a slots=0\n", 1, "slots='0'"},
-                      BadLine{"a\nb slots=-1\n", 2, "slots='-1'"},
-                      BadLine{"a slots=two\n", 1, "slots='two'"},
-                      BadLine{"a slots=\n", 1, "slots=''"},
-                      BadLine{"a 4\n", 1, "unexpected word '4'"},
-                      BadLine{"\n\na cpus=4\n", 3, "unknown key 'cpus'"},
-                      BadLine{"slots=4\n", 1, "not a host name"},
-                      BadLine{"a slots=2 slots=3\n", 1, "slots given twice"},
-                      BadLine{"a slots=4 max_slots=2\n", 1, "max_slots=2"}));
+INSTANTIATE_TEST_SUITE_P(Cases, HostfileBadLine,
+                         ::testing::Values(BadLine{"a slots=2\n# c\n\na slots=1\n", 4,
+                                                   "listed twice"},
+                                           BadLine{"a slots=0\n", 1, "slots='0'"},
+                                           BadLine{"a\nb slots=-1\n", 2, "slots='-1'"},
+                                           BadLine{"a slots=two\n", 1, "slots='two'"},
+                                           BadLine{"a slots=\n", 1, "slots=''"},
+                                           BadLine{"a 4\n", 1, "unexpected word '4'"},
+                                           BadLine{"\n\na cpus=4\n", 3, "unknown key 'cpus'"},
+                                           BadLine{"slots=4\n", 1, "not a host name"},
+                                           BadLine{"a slots=2 slots=3\n", 1, "slots given twice"},
+                                           BadLine{"a slots=4 max_slots=2\n", 1, "max_slots=2"}));
 
 TEST(Hostfile, ReadFromDisk) {
   std::string path = ::testing::TempDir() + "hvd_hostfile_test.txt";
@@ -104,10 +104,10 @@ TEST(HostSpec, Errors) {
     std::string spec;
     std::string mention;
   };
-  for (const Case& c : {Case{"", "no hosts"}, Case{"a:2,a:1", "listed twice"},
-                        Case{"a:0", "'0'"}, Case{"a:x", "'x'"}, Case{"a:", "''"},
-                        Case{":2", "missing host"}, Case{"a,,b", "empty entry"},
-                        Case{"a,", "empty entry"}, Case{"a b:2", "blank"}}) {
+  for (const Case& c :
+       {Case{"", "no hosts"}, Case{"a:2,a:1", "listed twice"}, Case{"a:0", "'0'"},
+        Case{"a:x", "'x'"}, Case{"a:", "''"}, Case{":2", "missing host"},
+        Case{"a,,b", "empty entry"}, Case{"a,", "empty entry"}, Case{"a b:2", "blank"}}) {
     std::string msg = error_of([&] { parse_host_spec(c.spec); });
     ASSERT_FALSE(msg.empty()) << "no error for '" << c.spec << "'";
     EXPECT_NE(msg.find("'" + c.spec + "'"), std::string::npos) << msg;

@@ -102,20 +102,20 @@ TEST_P(HostlistMalformed, ThrowsNamingInputAndPosition) {
   EXPECT_NE(msg.find("position " + std::to_string(m.position)), std::string::npos) << msg;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, HostlistMalformed,
-    ::testing::Values(Malformed{"node[01-04", 4},     // never closed
-                      Malformed{"node[]", 5},         // empty group
-                      Malformed{"node[4-1]", 5},      // backwards
-                      Malformed{"node[a-b]", 5},      // not a number
-                      Malformed{"node[1-]", 7},       // no upper bound
-                      Malformed{"node1]", 5},         // stray ']'
-                      Malformed{"node[1[2]]", 6},     // nested
-                      Malformed{"node[1;2]", 6},      // bad separator
-                      Malformed{"a,,b", 2},           // empty entry
-                      Malformed{",a", 0},             // leading comma
-                      Malformed{"a,", 1},             // trailing comma
-                      Malformed{"n[1-1234567890123456789]", 4}));  // number too large
+INSTANTIATE_TEST_SUITE_P(Cases, HostlistMalformed,
+                         ::testing::Values(Malformed{"node[01-04", 4},  // never closed
+                                           Malformed{"node[]", 5},      // empty group
+                                           Malformed{"node[4-1]", 5},   // backwards
+                                           Malformed{"node[a-b]", 5},   // not a number
+                                           Malformed{"node[1-]", 7},    // no upper bound
+                                           Malformed{"node1]", 5},      // stray ']'
+                                           Malformed{"node[1[2]]", 6},  // nested
+                                           Malformed{"node[1;2]", 6},   // bad separator
+                                           Malformed{"a,,b", 2},        // empty entry
+                                           Malformed{",a", 0},          // leading comma
+                                           Malformed{"a,", 1},          // trailing comma
+                                           Malformed{"n[1-1234567890123456789]",
+                                                     4}));  // number too large
 
 TEST(Hostlist, HugeExpansionIsRefusedNotAllocated) {
   std::string msg = error_of([] { expand_hostlist("n[0-99999999]"); });
@@ -142,9 +142,9 @@ TEST(TaskCounts, MalformedNamesInputAndPosition) {
     std::string input;
     size_t position;
   };
-  for (const Case& c : {Case{"2(x0)", 3}, Case{"(x3)", 0}, Case{"2(3)", 2}, Case{"2(x3", 1},
-                        Case{"2,", 2}, Case{"a", 0}, Case{"2 3", 2}, Case{"2(x)", 3},
-                        Case{"-1", 0}}) {
+  for (const Case& c :
+       {Case{"2(x0)", 3}, Case{"(x3)", 0}, Case{"2(3)", 2}, Case{"2(x3", 1}, Case{"2,", 2},
+        Case{"a", 0}, Case{"2 3", 2}, Case{"2(x)", 3}, Case{"-1", 0}}) {
     std::string msg = error_of([&] { expand_task_counts(c.input); });
     ASSERT_FALSE(msg.empty()) << "no error for '" << c.input << "'";
     EXPECT_NE(msg.find("'" + c.input + "'"), std::string::npos) << msg;

@@ -39,8 +39,10 @@ TEST(Config, DefaultsMatchTheDesign) {
 }
 
 TEST(Config, ReadsHvdAndHorovodSpellings) {
-  Config c = load_config(fake({{"HVD_FUSION_THRESHOLD", "1024"}, {"HOROVOD_CYCLE_TIME", "2.5"},
-                               {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"HVD_GPU_OPERATIONS", "mpi"},
+  Config c = load_config(fake({{"HVD_FUSION_THRESHOLD", "1024"},
+                               {"HOROVOD_CYCLE_TIME", "2.5"},
+                               {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+                               {"HVD_GPU_OPERATIONS", "mpi"},
                                {"HVD_LOG_LEVEL", "DEBUG"}}));
   EXPECT_EQ(c.fusion_threshold_bytes, 1024);
   EXPECT_DOUBLE_EQ(c.cycle_time_ms, 2.5);

@@ -109,9 +109,9 @@ TEST(Half, SubnormalsAndZeros) {
   EXPECT_EQ(float_to_half(0x1p-30f), 0x0000);
   EXPECT_EQ(float_to_half(-0x1p-30f), 0x8000);
   EXPECT_EQ(float_to_half(std::numeric_limits<float>::denorm_min()), 0x0000);
-  EXPECT_EQ(float_to_half(0x1p-14f), 0x0400);                    // smallest normal
-  EXPECT_EQ(float_to_half(0x1p-14f - 0x1p-24f), 0x03ff);         // largest subnormal
-  EXPECT_EQ(float_to_half(0x1p-14f - 0x1p-25f), 0x0400);         // tie, rounds up into normals
+  EXPECT_EQ(float_to_half(0x1p-14f), 0x0400);             // smallest normal
+  EXPECT_EQ(float_to_half(0x1p-14f - 0x1p-24f), 0x03ff);  // largest subnormal
+  EXPECT_EQ(float_to_half(0x1p-14f - 0x1p-25f), 0x0400);  // tie, rounds up into normals
   EXPECT_EQ(half_to_float(0x03ff), 0x1p-14f - 0x1p-24f);
   EXPECT_EQ(float_to_half(0.0f), 0x0000);
   EXPECT_EQ(float_to_half(-0.0f), 0x8000);
@@ -138,8 +138,9 @@ TEST(Half, RandomFloatsRoundToNearestEven) {
   std::uniform_int_distribution<int> exp_dist(-30, 17);
   std::uniform_int_distribution<uint32_t> mant_dist(0, (1u << 23) - 1);
   for (int i = 0; i < 1000000; ++i) {
-    const float f = std::ldexp(1.0f + static_cast<float>(mant_dist(rng)) * 0x1p-23f, exp_dist(rng)) *
-                    ((i & 1) ? -1.0f : 1.0f);
+    const float f =
+        std::ldexp(1.0f + static_cast<float>(mant_dist(rng)) * 0x1p-23f, exp_dist(rng)) *
+        ((i & 1) ? -1.0f : 1.0f);
     const uint16_t h = float_to_half(f);
     const double x = f;
     const double got = half_reference(h);
@@ -235,8 +236,8 @@ TEST(BFloat16, RandomFloatsRoundToNearestEven) {
 
 // ---- reduce_buffers ---------------------------------------------------------------------------
 
-const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt32,
-                              DataType::kInt64,   DataType::kFloat16,  DataType::kBFloat16,
+const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,    DataType::kInt32,
+                              DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
                               DataType::kFloat32, DataType::kFloat64};
 const ReduceOp kAllOps[] = {ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kProduct};
@@ -244,12 +245,16 @@ const ReduceOp kAllOps[] = {ReduceOp::kAverage, ReduceOp::kSum, ReduceOp::kMin, 
 std::size_t size_of(DataType t) {
   switch (t) {
     case DataType::kUInt8:
-    case DataType::kInt8: return 1;
+    case DataType::kInt8:
+      return 1;
     case DataType::kFloat16:
-    case DataType::kBFloat16: return 2;
+    case DataType::kBFloat16:
+      return 2;
     case DataType::kInt32:
-    case DataType::kFloat32: return 4;
-    default: return 8;
+    case DataType::kFloat32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
@@ -263,14 +268,40 @@ struct Buf {
   double get(std::size_t i) const {
     const unsigned char* p = bytes.data() + i * size_of(t);
     switch (t) {
-      case DataType::kUInt8: return *p;
-      case DataType::kInt8: return static_cast<int8_t>(*p);
-      case DataType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-      case DataType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-      case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
-      case DataType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
-      case DataType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return half_reference(v); }
-      case DataType::kBFloat16: { uint16_t v; std::memcpy(&v, p, 2); return from_bits(uint32_t{v} << 16); }
+      case DataType::kUInt8:
+        return *p;
+      case DataType::kInt8:
+        return static_cast<int8_t>(*p);
+      case DataType::kInt32: {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DataType::kInt64: {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        return static_cast<double>(v);
+      }
+      case DataType::kFloat32: {
+        float v;
+        std::memcpy(&v, p, 4);
+        return v;
+      }
+      case DataType::kFloat64: {
+        double v;
+        std::memcpy(&v, p, 8);
+        return v;
+      }
+      case DataType::kFloat16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        return half_reference(v);
+      }
+      case DataType::kBFloat16: {
+        uint16_t v;
+        std::memcpy(&v, p, 2);
+        return from_bits(uint32_t{v} << 16);
+      }
     }
     return 0;
   }
@@ -278,15 +309,38 @@ struct Buf {
   void set(std::size_t i, double v) {
     unsigned char* p = bytes.data() + i * size_of(t);
     switch (t) {
-      case DataType::kUInt8: *p = static_cast<uint8_t>(v); break;
-      case DataType::kInt8: *p = static_cast<unsigned char>(static_cast<int8_t>(v)); break;
-      case DataType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-      case DataType::kInt64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-      case DataType::kFloat32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-      case DataType::kFloat64: std::memcpy(p, &v, 8); break;
-      case DataType::kFloat16: { uint16_t x = float_to_half(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
+      case DataType::kUInt8:
+        *p = static_cast<uint8_t>(v);
+        break;
+      case DataType::kInt8:
+        *p = static_cast<unsigned char>(static_cast<int8_t>(v));
+        break;
+      case DataType::kInt32: {
+        int32_t x = static_cast<int32_t>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case DataType::kInt64: {
+        int64_t x = static_cast<int64_t>(v);
+        std::memcpy(p, &x, 8);
+        break;
+      }
+      case DataType::kFloat32: {
+        float x = static_cast<float>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case DataType::kFloat64:
+        std::memcpy(p, &v, 8);
+        break;
+      case DataType::kFloat16: {
+        uint16_t x = float_to_half(static_cast<float>(v));
+        std::memcpy(p, &x, 2);
+        break;
+      }
       case DataType::kBFloat16: {
-        uint16_t x = static_cast<uint16_t>(bits(static_cast<float>(v)) >> 16);  // exact values: truncation
+        uint16_t x =
+            static_cast<uint16_t>(bits(static_cast<float>(v)) >> 16);  // exact values: truncation
         std::memcpy(p, &x, 2);
         break;
       }
@@ -300,10 +354,14 @@ bool is_signed_type(DataType t) { return t != DataType::kUInt8; }
 double reference_op(ReduceOp op, double a, double b) {
   switch (op) {
     case ReduceOp::kAverage:
-    case ReduceOp::kSum: return a + b;
-    case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kMax: return std::max(a, b);
-    case ReduceOp::kProduct: return a * b;
+    case ReduceOp::kSum:
+      return a + b;
+    case ReduceOp::kMin:
+      return std::min(a, b);
+    case ReduceOp::kMax:
+      return std::max(a, b);
+    case ReduceOp::kProduct:
+      return a * b;
   }
   return 0;
 }
@@ -312,16 +370,19 @@ double reference_op(ReduceOp op, double a, double b) {
 // exact in every dtype, so the reference is plain double arithmetic.
 TEST(ReduceBuffers, EveryDtypeAndOpMatchesReference) {
   // 37 elements: two full blocks of 16 and an odd tail.
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{37}, std::size_t{1003}}) {
+  for (std::size_t n :
+       {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{37}, std::size_t{1003}}) {
     for (DataType t : kAllTypes) {
       const bool is_float = t == DataType::kFloat16 || t == DataType::kBFloat16 ||
                             t == DataType::kFloat32 || t == DataType::kFloat64;
       for (ReduceOp op : kAllOps) {
         Buf in(t, n), inout(t, n);
-        std::mt19937 rng(static_cast<unsigned>(n * 131 + static_cast<int>(t) * 7 + static_cast<int>(op)));
+        std::mt19937 rng(
+            static_cast<unsigned>(n * 131 + static_cast<int>(t) * 7 + static_cast<int>(op)));
         // bf16 keeps 8 significant bits: 4.5 * 4.5 = 81/4 still fits, 8.5 * 8.5 would not.
         const int lim = t == DataType::kBFloat16 ? 4 : 8;
-        std::uniform_int_distribution<int> d(is_signed_type(t) ? -lim : 0, is_signed_type(t) ? lim : 15);
+        std::uniform_int_distribution<int> d(is_signed_type(t) ? -lim : 0,
+                                             is_signed_type(t) ? lim : 15);
         for (std::size_t i = 0; i < n; ++i) {
           in.set(i, d(rng) + (is_float && (i % 3 == 0) ? 0.5 : 0.0));
           inout.set(i, d(rng) + (is_float && (i % 5 == 0) ? -0.5 : 0.0));
@@ -331,8 +392,8 @@ TEST(ReduceBuffers, EveryDtypeAndOpMatchesReference) {
         const Buf in_before = in;
         reduce_buffers(t, op, in.data(), inout.data(), n);
         for (std::size_t i = 0; i < n; ++i) {
-          ASSERT_EQ(inout.get(i), expect[i])
-              << "dtype " << static_cast<int>(t) << " op " << static_cast<int>(op) << " n " << n << " i " << i;
+          ASSERT_EQ(inout.get(i), expect[i]) << "dtype " << static_cast<int>(t) << " op "
+                                             << static_cast<int>(op) << " n " << n << " i " << i;
         }
         EXPECT_EQ(in.bytes, in_before.bytes) << "the input must be left alone";
       }
@@ -393,7 +454,8 @@ TEST(ReduceBuffers, LargeFloat32SumIsExact) {
     b[i] = static_cast<float>(i % 77) - 30.0f;
   }
   reduce_buffers(DataType::kFloat32, ReduceOp::kSum, a.data(), b.data(), n);
-  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(b[i], static_cast<float>(i % 1000) + static_cast<float>(i % 77) - 30.0f) << i;
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(b[i], static_cast<float>(i % 1000) + static_cast<float>(i % 77) - 30.0f) << i;
 }
 
 // ---- scale ------------------------------------------------------------------------------------
@@ -402,7 +464,8 @@ TEST(Scale, FloatsAreScaled) {
   for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{100}}) {
     std::vector<float> f(n);
     std::vector<double> d(n);
-    for (std::size_t i = 0; i < n; ++i) f[i] = static_cast<float>(i) - 3.0f, d[i] = static_cast<double>(i) - 3.0;
+    for (std::size_t i = 0; i < n; ++i)
+      f[i] = static_cast<float>(i) - 3.0f, d[i] = static_cast<double>(i) - 3.0;
     scale_buffer(DataType::kFloat32, f.data(), n, 0.25);
     scale_buffer(DataType::kFloat64, d.data(), n, 3.0);
     for (std::size_t i = 0; i < n; ++i) {
@@ -414,7 +477,8 @@ TEST(Scale, FloatsAreScaled) {
   std::vector<float> g = {3.0f, 6.0f, 1.0f, 1e-3f};
   std::vector<float> out(4);
   scale_copy(DataType::kFloat32, g.data(), out.data(), 4, 1.0 / 3.0);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], static_cast<float>(static_cast<double>(g[i]) / 3.0)) << i;
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(out[i], static_cast<float>(static_cast<double>(g[i]) / 3.0)) << i;
   EXPECT_EQ(g[0], 3.0f) << "scale_copy leaves the source alone";
 }
 
@@ -493,23 +557,40 @@ TEST(FillIdentity, EveryDtypeAndOp) {
       double expect = 0;
       double lo = 0, hi = 0;
       switch (t) {
-        case DataType::kUInt8: lo = 0, hi = 255; break;
-        case DataType::kInt8: lo = -128, hi = 127; break;
-        case DataType::kInt32: lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max(); break;
+        case DataType::kUInt8:
+          lo = 0, hi = 255;
+          break;
+        case DataType::kInt8:
+          lo = -128, hi = 127;
+          break;
+        case DataType::kInt32:
+          lo = std::numeric_limits<int32_t>::min(), hi = std::numeric_limits<int32_t>::max();
+          break;
         case DataType::kInt64:
           lo = static_cast<double>(std::numeric_limits<int64_t>::min());
           hi = static_cast<double>(std::numeric_limits<int64_t>::max());
           break;
-        default: lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+        default:
+          lo = -std::numeric_limits<double>::infinity(),
+          hi = std::numeric_limits<double>::infinity();
       }
       switch (op) {
         case ReduceOp::kAverage:
-        case ReduceOp::kSum: expect = 0; break;
-        case ReduceOp::kProduct: expect = 1; break;
-        case ReduceOp::kMin: expect = hi; break;
-        case ReduceOp::kMax: expect = lo; break;
+        case ReduceOp::kSum:
+          expect = 0;
+          break;
+        case ReduceOp::kProduct:
+          expect = 1;
+          break;
+        case ReduceOp::kMin:
+          expect = hi;
+          break;
+        case ReduceOp::kMax:
+          expect = lo;
+          break;
       }
-      for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(b.get(i), expect) << static_cast<int>(t) << " " << static_cast<int>(op);
+      for (std::size_t i = 0; i < 5; ++i)
+        EXPECT_EQ(b.get(i), expect) << static_cast<int>(t) << " " << static_cast<int>(op);
       if (t == DataType::kInt64) {
         int64_t v;
         std::memcpy(&v, b.bytes.data(), 8);
@@ -522,7 +603,8 @@ TEST(FillIdentity, EveryDtypeAndOp) {
       }
       // Reducing any value with the identity gives the value back.
       Buf x(t, 5);
-      for (std::size_t i = 0; i < 5; ++i) x.set(i, (is_signed_type(t) ? -2.0 : 2.0) + static_cast<double>(i));
+      for (std::size_t i = 0; i < 5; ++i)
+        x.set(i, (is_signed_type(t) ? -2.0 : 2.0) + static_cast<double>(i));
       Buf y = x;
       reduce_buffers(t, op, b.data(), y.data(), 5);
       EXPECT_EQ(y.bytes, x.bytes) << static_cast<int>(t) << " " << static_cast<int>(op);

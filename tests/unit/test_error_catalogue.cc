@@ -20,7 +20,8 @@ using hvd::Device;
 
 // How the runtime reports a rank's own bad argument: rank 0 prefixes the reason (api.cc puts it in
 // the request's error field; runtime/controller.cc, build_response()).
-std::string as_reported(const std::string& op, const std::string& name, int rank, const std::string& reason) {
+std::string as_reported(const std::string& op, const std::string& name, int rank,
+                        const std::string& reason) {
   return op + " of '" + name + "' failed: rank " + std::to_string(rank) + ": " + reason;
 }
 
@@ -42,7 +43,8 @@ TEST(ErrorCatalogue, EveryRowIsAWellFormedTemplate) {
     // A '<' that does not open a placeholder would be taken literally: keep templates unambiguous.
     for (size_t i = r.templ.find('<'); i != std::string::npos; i = r.templ.find('<', i + 1)) {
       const size_t end = r.templ.find('>', i);
-      EXPECT_NE(end, std::string::npos) << "line " << r.line << ": unclosed '<' in `" << r.templ << "`";
+      EXPECT_NE(end, std::string::npos)
+          << "line " << r.line << ": unclosed '<' in `" << r.templ << "`";
     }
   }
 }
@@ -51,8 +53,8 @@ TEST(ErrorCatalogue, NoTwoRowsHaveTheSameTemplate) {
   std::map<std::string, int> seen;
   for (const auto& r : catalogue()) {
     auto [it, inserted] = seen.emplace(r.templ, r.line);
-    EXPECT_TRUE(inserted) << "lines " << it->second << " and " << r.line << " have the same template `" << r.templ
-                          << "`";
+    EXPECT_TRUE(inserted) << "lines " << it->second << " and " << r.line
+                          << " have the same template `" << r.templ << "`";
   }
 }
 
@@ -63,31 +65,42 @@ TEST(ErrorCatalogue, NoRowRepeatsAPrefix) {
 
 // The detector itself: the message of issue 9 (6b) repeated its own prefix.
 TEST(ErrorCatalogue, RepeatedPrefixIsDetected) {
-  EXPECT_EQ(repeated_prefix("allreduce of 'x' failed: rank 0: allreduce of 'x' failed: the tensor is on cuda:0 but "
-                            "this process has no CUDA device: ..."),
-            "allreduce of 'x' failed:");
-  EXPECT_EQ(repeated_prefix("hvd: rank 1: allreduce of 'x' failed: rank 0: the input has 4 elements but a null "
-                            "data pointer."),
+  EXPECT_EQ(
+      repeated_prefix(
+          "allreduce of 'x' failed: rank 0: allreduce of 'x' failed: the tensor is on cuda:0 but "
+          "this process has no CUDA device: ..."),
+      "allreduce of 'x' failed:");
+  EXPECT_EQ(repeated_prefix(
+                "hvd: rank 1: allreduce of 'x' failed: rank 0: the input has 4 elements but a null "
+                "data pointer."),
             "rank 1:");
-  EXPECT_EQ(repeated_prefix("allreduce of 'x' failed: rank 1 sent shape [3], rank 0 sent [4]. Every rank must pass "
-                            "the same shape for 'x'."),
-            "");
+  EXPECT_EQ(
+      repeated_prefix(
+          "allreduce of 'x' failed: rank 1 sent shape [3], rank 0 sent [4]. Every rank must pass "
+          "the same shape for 'x'."),
+      "");
 }
 
 TEST(ErrorCatalogue, TemplatesMatchTheirOwnExamples) {
   // A few messages written out in full, as the runtime emits them: each matches exactly one row.
   for (const std::string& m : {
-           std::string("allreduce of 'fc1.weight' failed: rank 2 sent shape [128,64], rank 0 sent [128,32]. Every "
+           std::string("allreduce of 'fc1.weight' failed: rank 2 sent shape [128,64], rank 0 sent "
+                       "[128,32]. Every "
                        "rank must pass the same shape for 'fc1.weight'."),
-           std::string("allgather of 'x' failed: rank 1 sent shape [3,5], rank 0 sent [3,4]. Only the first "
+           std::string("allgather of 'x' failed: rank 1 sent shape [3,5], rank 0 sent [3,4]. Only "
+                       "the first "
                        "dimension may differ between ranks for allgather."),
-           std::string("allreduce of 'x' failed: rank 1 called allgather, rank 0 called allreduce. Every rank must "
+           std::string("allreduce of 'x' failed: rank 1 called allgather, rank 0 called allreduce. "
+                       "Every rank must "
                        "call the same collective for 'x'."),
-           std::string("allreduce of 'g.0' failed: rank 0: output 0 has 4 elements but a null data pointer."),
-           std::string("broadcast of 'x' failed: rank 0: root 5 is out of range for 3 ranks: pass a root from 0 to "
+           std::string("allreduce of 'g.0' failed: rank 0: output 0 has 4 elements but a null data "
+                       "pointer."),
+           std::string("broadcast of 'x' failed: rank 0: root 5 is out of range for 3 ranks: pass "
+                       "a root from 0 to "
                        "2."),
            std::string("hvd::rank() called before hvd::init(): call hvd::init() first."),
-           std::string("this hvd::Handle is empty: it was default-constructed, not returned by a collective."),
+           std::string("this hvd::Handle is empty: it was default-constructed, not returned by a "
+                       "collective."),
        })
     EXPECT_EQ(catalogue_mismatch(catalogue(), m), "");
 }
@@ -98,7 +111,8 @@ TEST(ErrorCatalogue, CudaTensorOnAProcessWithoutAGpu) {
   ASSERT_EQ(a.device, -1);
   const std::string reason = hvd::cluster::cuda_tensor_problem(a, Device::cuda(0));
   ASSERT_FALSE(reason.empty());
-  EXPECT_EQ(reason.rfind("the tensor is on cuda:0 but this process has no CUDA device: ", 0), 0u) << reason;
+  EXPECT_EQ(reason.rfind("the tensor is on cuda:0 but this process has no CUDA device: ", 0), 0u)
+      << reason;
   const std::string m = as_reported("allreduce", "x", 0, reason);
   EXPECT_EQ(repeated_prefix(m), "") << m;
   EXPECT_EQ(catalogue_mismatch(catalogue(), m), "");
@@ -110,7 +124,8 @@ TEST(ErrorCatalogue, CudaTensorOnAnotherRanksGpu) {
   ASSERT_EQ(a.device, 1);
   EXPECT_EQ(hvd::cluster::cuda_tensor_problem(a, Device::cuda(1)), "");
   const std::string reason = hvd::cluster::cuda_tensor_problem(a, Device::cuda(3));
-  EXPECT_EQ(reason.rfind("the tensor is on cuda:3 but this process was given cuda:1 ", 0), 0u) << reason;
+  EXPECT_EQ(reason.rfind("the tensor is on cuda:3 but this process was given cuda:1 ", 0), 0u)
+      << reason;
   const std::string m = as_reported("broadcast", "w", 1, reason);
   EXPECT_EQ(repeated_prefix(m), "") << m;
   EXPECT_EQ(catalogue_mismatch(catalogue(), m), "");
@@ -124,7 +139,10 @@ TEST(ErrorCatalogue, CheckCudaTensorSaysItsPrefixOnce) {
     ADD_FAILURE() << "a CUDA tensor without a device must fail";
   } catch (const hvd::InvalidArgumentError& e) {
     const std::string m = e.what();
-    EXPECT_EQ(m.rfind("allreduce of 'w' failed: the tensor is on cuda:0 but this process has no CUDA device: ", 0), 0u)
+    EXPECT_EQ(m.rfind("allreduce of 'w' failed: the tensor is on cuda:0 but this process has no "
+                      "CUDA device: ",
+                      0),
+              0u)
         << m;
     EXPECT_EQ(repeated_prefix(m), "") << m;
   }

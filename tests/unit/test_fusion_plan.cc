@@ -7,7 +7,8 @@
 namespace hvd {
 namespace {
 
-Response ar(const std::string& name, int64_t n, DataType dt = DataType::kFloat32, ReduceOp op = ReduceOp::kSum) {
+Response ar(const std::string& name, int64_t n, DataType dt = DataType::kFloat32,
+            ReduceOp op = ReduceOp::kSum) {
   Response r;
   r.type = ResponseType::kAllreduce;
   r.names = {name};
@@ -37,10 +38,12 @@ TEST(FusionPlan, DifferentDtypeOpScaleOrContributorsDoNotFuseButLookAheadSkipsTh
   scaled.prescale = 0.5;
   Response fewer = ar("f", 4);
   fewer.contributors = 1;
-  auto plan = plan_fusion({ar("a", 4), ar("d", 4, DataType::kFloat64), ar("b", 4), ar("m", 4, DataType::kFloat32, ReduceOp::kMax),
-                           scaled, fewer, ar("c", 4)},
-                          {1 << 20});
-  EXPECT_EQ(names(plan), (std::vector<std::vector<std::string>>{{"a", "b", "c"}, {"d"}, {"m"}, {"s"}, {"f"}}));
+  auto plan =
+      plan_fusion({ar("a", 4), ar("d", 4, DataType::kFloat64), ar("b", 4),
+                   ar("m", 4, DataType::kFloat32, ReduceOp::kMax), scaled, fewer, ar("c", 4)},
+                  {1 << 20});
+  EXPECT_EQ(names(plan),
+            (std::vector<std::vector<std::string>>{{"a", "b", "c"}, {"d"}, {"m"}, {"s"}, {"f"}}));
 }
 
 TEST(FusionPlan, ThresholdIsRespectedAndSmallerTensorsFillTheGap) {
@@ -81,7 +84,9 @@ TEST(FusionPlan, OtherCollectivesAndErrorsPassThroughUnfused) {
 
 TEST(FusionPlan, IsDeterministic) {
   std::vector<Response> in;
-  for (int i = 0; i < 300; ++i) in.push_back(ar("t" + std::to_string(i), 1 + (i * 37) % 500, i % 3 ? DataType::kFloat32 : DataType::kInt32));
+  for (int i = 0; i < 300; ++i)
+    in.push_back(ar("t" + std::to_string(i), 1 + (i * 37) % 500,
+                    i % 3 ? DataType::kFloat32 : DataType::kInt32));
   EXPECT_EQ(names(plan_fusion(in, {8192})), names(plan_fusion(in, {8192})));
   size_t total = 0;
   for (const auto& r : plan_fusion(in, {8192})) total += r.names.size();

@@ -33,7 +33,9 @@ GpuAssignment assign(int local_rank, int local_size, int visible, const Env& env
   return assign_gpu({local_rank, local_size, visible}, f.lookup());
 }
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 TEST(GpuAssignment, DeviceIsLocalRankModuloVisibleCountForEveryCombination) {
   const Env envs[] = {{},
@@ -49,7 +51,8 @@ TEST(GpuAssignment, DeviceIsLocalRankModuloVisibleCountForEveryCombination) {
           // Computed independently: ranks fill the visible devices round-robin.
           int want = lr;
           while (want >= visible) want -= visible;
-          EXPECT_EQ(a.device, want) << "local rank " << lr << "/" << local_size << ", " << visible << " visible";
+          EXPECT_EQ(a.device, want)
+              << "local rank " << lr << "/" << local_size << ", " << visible << " visible";
           EXPECT_EQ(a.shared, local_size > visible);
           EXPECT_EQ(a.visible_devices, visible);
         }
@@ -80,7 +83,8 @@ TEST(GpuAssignment, OnlyReadsTheEnvironment) {
 }
 
 TEST(GpuAssignment, NoDeviceIsNotAnErrorUntilACudaTensorIsUsed) {
-  for (const Env& env : {Env{}, Env{{"CUDA_VISIBLE_DEVICES", ""}}, Env{{"CUDA_VISIBLE_DEVICES", "-1"}}}) {
+  for (const Env& env :
+       {Env{}, Env{{"CUDA_VISIBLE_DEVICES", ""}}, Env{{"CUDA_VISIBLE_DEVICES", "-1"}}}) {
     GpuAssignment a;
     EXPECT_NO_THROW(a = assign(1, 4, 0, env));
     EXPECT_EQ(a.device, -1);
@@ -139,7 +143,8 @@ TEST(GpuAssignment, NotesSlurmGpusWithoutCudaVisibleDevices) {
   EXPECT_TRUE(has(step.visible_source, "all devices")) << step.visible_source;
   GpuAssignment job = assign(0, 1, 8, {{"SLURM_JOB_GPUS", "4,5"}});
   EXPECT_TRUE(has(job.note, "SLURM_JOB_GPUS=4,5")) << job.note;
-  GpuAssignment enforced = assign(0, 1, 1, {{"SLURM_STEP_GPUS", "4"}, {"CUDA_VISIBLE_DEVICES", "4"}});
+  GpuAssignment enforced =
+      assign(0, 1, 1, {{"SLURM_STEP_GPUS", "4"}, {"CUDA_VISIBLE_DEVICES", "4"}});
   EXPECT_TRUE(enforced.note.empty()) << enforced.note;
 }
 

@@ -34,7 +34,8 @@ TEST(DeviceFusionLayout, RangesDoNotOverlapAndFitTheBuffer) {
   std::vector<int64_t> sizes;
   for (int i = 1; i <= 500; ++i) sizes.push_back((i * 37 % 1001) * 4);  // float32, odd counts
   const auto d = cuda::device_fusion_layout(sizes, 4);
-  for (size_t i = 1; i < sizes.size(); ++i) EXPECT_GE(d.layout.offsets[i], d.layout.offsets[i - 1] + sizes[i - 1]);
+  for (size_t i = 1; i < sizes.size(); ++i)
+    EXPECT_GE(d.layout.offsets[i], d.layout.offsets[i - 1] + sizes[i - 1]);
   EXPECT_LE(d.layout.offsets.back() + sizes.back(), d.bytes);
 }
 
@@ -98,17 +99,17 @@ TEST(HierarchicalShards, PaddedCount) {
 
 TEST(HierarchicalPlan, AppliesOnlyToSeveralHomogeneousNodes) {
   using hierarchical::plan_hierarchical;
-  EXPECT_TRUE(plan_hierarchical(true, 4, 2, 2, true).use);                 // 2 x 2
+  EXPECT_TRUE(plan_hierarchical(true, 4, 2, 2, true).use);  // 2 x 2
   const auto off = plan_hierarchical(false, 4, 2, 2, true);
   EXPECT_FALSE(off.use);
-  const auto uneven = plan_hierarchical(true, 3, 2, 2, false);             // 2 + 1
+  const auto uneven = plan_hierarchical(true, 3, 2, 2, false);  // 2 + 1
   EXPECT_FALSE(uneven.use);
   EXPECT_NE(uneven.reason.find("not homogeneous"), std::string::npos) << uneven.reason;
   EXPECT_NE(uneven.reason.find("flat allreduce"), std::string::npos) << uneven.reason;
   const auto one_node = plan_hierarchical(true, 4, 4, 1, true);
   EXPECT_FALSE(one_node.use);
   EXPECT_NE(one_node.reason.find("one node"), std::string::npos) << one_node.reason;
-  EXPECT_FALSE(plan_hierarchical(true, 4, 1, 4, true).use);                // one rank per node
+  EXPECT_FALSE(plan_hierarchical(true, 4, 1, 4, true).use);  // one rank per node
   EXPECT_FALSE(plan_hierarchical(true, 1, 1, 1, true).use);
 }
 

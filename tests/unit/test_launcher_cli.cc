@@ -47,9 +47,9 @@ TEST(CommandLine, DoubleDashEndsOptions) {
 }
 
 TEST(CommandLine, HostsFlagsAndSpellings) {
-  CommandLine cl = parse_command_line({"-H", "a:2,b:2", "--dry-run", "--oversubscribe",
-                                       "--mpi-args", "-x FOO=1", "--network-interface=eth0",
-                                       "--launcher", "srun", "prog"});
+  CommandLine cl =
+      parse_command_line({"-H", "a:2,b:2", "--dry-run", "--oversubscribe", "--mpi-args", "-x FOO=1",
+                          "--network-interface=eth0", "--launcher", "srun", "prog"});
   EXPECT_EQ(cl.launch.hosts, "a:2,b:2");
   EXPECT_TRUE(cl.dry_run);
   EXPECT_TRUE(cl.launch.oversubscribe);
@@ -65,11 +65,26 @@ TEST(CommandLine, HostsFlagsAndSpellings) {
 }
 
 TEST(CommandLine, TuningFlagsComeFromTheRegistry) {
-  CommandLine cl = parse_command_line(
-      {"--fusion-threshold-mb", "32", "--cycle-time-ms", "2", "--cache-capacity", "0",
-       "--hierarchical-allreduce", "--timeline-filename", "/tmp/t.json",
-       "--stall-check-warning-time-seconds", "10", "--stall-check-shutdown-time-seconds", "20",
-       "--log-level", "debug", "--gpu-operations", "MPI", "--start-timeout", "60", "p"});
+  CommandLine cl = parse_command_line({"--fusion-threshold-mb",
+                                       "32",
+                                       "--cycle-time-ms",
+                                       "2",
+                                       "--cache-capacity",
+                                       "0",
+                                       "--hierarchical-allreduce",
+                                       "--timeline-filename",
+                                       "/tmp/t.json",
+                                       "--stall-check-warning-time-seconds",
+                                       "10",
+                                       "--stall-check-shutdown-time-seconds",
+                                       "20",
+                                       "--log-level",
+                                       "debug",
+                                       "--gpu-operations",
+                                       "MPI",
+                                       "--start-timeout",
+                                       "60",
+                                       "p"});
   EXPECT_EQ(cl.launch.tuning, (EnvVars{{"HVD_FUSION_THRESHOLD", "32"},
                                        {"HVD_CYCLE_TIME", "2"},
                                        {"HVD_CACHE_CAPACITY", "0"},
@@ -85,11 +100,14 @@ TEST(CommandLine, TuningFlagsComeFromTheRegistry) {
 }
 
 TEST(CommandLine, ErrorsNameTheOption) {
-  EXPECT_NE(error_of([] { parse_command_line({"--no-such-flag", "p"}); }).find("no-such-flag"),
+  EXPECT_NE(error_of([] {
+              parse_command_line({"--no-such-flag", "p"});
+            }).find("no-such-flag"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_command_line({"-np"}); }).find("np"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_command_line({"-np", "1", "--num-proc", "2", "p"}); })
-                .find("more than once"),
+  EXPECT_NE(error_of([] {
+              parse_command_line({"-np", "1", "--num-proc", "2", "p"});
+            }).find("more than once"),
             std::string::npos);
 }
 
@@ -100,11 +118,12 @@ TEST(CommandLine, HelpIsGroupedAndListsEveryTuningFlag) {
     bool blank = c == ' ' || c == '\n';
     if (!(blank && !help.empty() && help.back() == ' ')) help += blank ? ' ' : c;
   }
-  for (const char* s : {"Usage: hvdrun", "General arguments", "Host arguments",
-                        "Tuneable parameter arguments", "Timeline arguments",
-                        "Stall check arguments", "Logging arguments", "Launcher and MPI arguments",
-                        "-np, --num-proc N", "-H, --hosts HOST:SLOTS", "--hostfile", "--mpi-args", "--dry-run",
-                        "--check-build", "--network-interface", "--oversubscribe", "--launcher"})
+  for (const char* s :
+       {"Usage: hvdrun", "General arguments", "Host arguments", "Tuneable parameter arguments",
+        "Timeline arguments", "Stall check arguments", "Logging arguments",
+        "Launcher and MPI arguments", "-np, --num-proc N", "-H, --hosts HOST:SLOTS", "--hostfile",
+        "--mpi-args", "--dry-run", "--check-build", "--network-interface", "--oversubscribe",
+        "--launcher"})
     EXPECT_NE(help.find(s), std::string::npos) << s;
   for (const ConfigVar& v : config_registry()) {
     if (*v.launcher_flag == '\0') continue;
@@ -132,8 +151,10 @@ RunResult run_hvdrun(const Args& args, const Args& env = {}) {
     ::close(fds[0]);
     ::close(fds[1]);
     for (const auto& kv : env) {
-      if (kv[0] == '-') ::unsetenv(kv.c_str() + 1);
-      else ::putenv(const_cast<char*>(kv.c_str()));
+      if (kv[0] == '-')
+        ::unsetenv(kv.c_str() + 1);
+      else
+        ::putenv(const_cast<char*>(kv.c_str()));
     }
     std::vector<char*> argv{const_cast<char*>(HVDRUN_PATH)};
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -144,7 +165,8 @@ RunResult run_hvdrun(const Args& args, const Args& env = {}) {
   ::close(fds[1]);
   RunResult r;
   char buf[4096];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) r.output.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+    r.output.append(buf, static_cast<size_t>(n));
   ::close(fds[0]);
   int st = 0;
   ::waitpid(pid, &st, 0);
@@ -159,10 +181,10 @@ const Args kCleanEnv = {"-SLURM_JOB_ID", "-HVD_MPIRUN", "-NCCL_DEBUG", "-HVD_LOG
 TEST(HvdrunBinary, DryRunPrintsTheExactCommandOnOneLine) {
   Args env = kCleanEnv;
   env.push_back("NCCL_TEST_FORWARD=1");
-  RunResult r = run_hvdrun({"--dry-run", "-np", "2", "-H", "localhost:2", "--fusion-threshold-mb", "8",
-                      "--hierarchical-allreduce", "--mpi-args", "--report-bindings", "--",
-                      "/bin/sh", "-c", "exit 3"},
-                     env);
+  RunResult r = run_hvdrun({"--dry-run", "-np", "2", "-H", "localhost:2", "--fusion-threshold-mb",
+                            "8", "--hierarchical-allreduce", "--mpi-args", "--report-bindings",
+                            "--", "/bin/sh", "-c", "exit 3"},
+                           env);
   ASSERT_EQ(r.status, 0) << r.output;
   ASSERT_FALSE(r.output.empty());
   EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "not one line: " << r.output;
@@ -205,9 +227,9 @@ TEST(HvdrunBinary, VersionHelpAndCheckBuild) {
 }
 
 TEST(HvdrunBinary, ProgramExitStatusPassesThroughMpirun) {
-  RunResult r = run_hvdrun({"-np", "2", "-H", "localhost:2", "--oversubscribe", "--", "/bin/sh", "-c",
-                      "exit 3"},
-                     kCleanEnv);
+  RunResult r = run_hvdrun(
+      {"-np", "2", "-H", "localhost:2", "--oversubscribe", "--", "/bin/sh", "-c", "exit 3"},
+      kCleanEnv);
   EXPECT_EQ(r.status, 3) << r.output;
   r = run_hvdrun({"-np", "2", "-H", "localhost:2", "--oversubscribe", "true"}, kCleanEnv);
   EXPECT_EQ(r.status, 0) << r.output;
@@ -217,8 +239,8 @@ TEST(HvdrunBinary, ProgramExitStatusPassesThroughMpirun) {
 
 TEST(HvdrunBinary, TuningVariablesReachEveryRank) {
   RunResult r = run_hvdrun({"-np", "2", "--oversubscribe", "--cycle-time-ms", "7", "--", "/bin/sh",
-                      "-c", "echo rank=$OMPI_COMM_WORLD_RANK cycle=$HVD_CYCLE_TIME"},
-                     kCleanEnv);
+                            "-c", "echo rank=$OMPI_COMM_WORLD_RANK cycle=$HVD_CYCLE_TIME"},
+                           kCleanEnv);
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("rank=0 cycle=7"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rank=1 cycle=7"), std::string::npos) << r.output;

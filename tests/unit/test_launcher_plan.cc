@@ -286,7 +286,8 @@ TEST(LaunchPlan, RootVariablesOnlyAsRoot) {
   EXPECT_TRUE(build_launch_plan(o, env.get()).env.empty());
   env.root = true;
   LaunchPlan p = build_launch_plan(o, env.get());
-  EXPECT_EQ(p.env, (EnvVars{{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}}));
+  EXPECT_EQ(p.env,
+            (EnvVars{{"OMPI_ALLOW_RUN_AS_ROOT", "1"}, {"OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"}}));
   EXPECT_EQ(count_of(p.argv, "--allow-run-as-root"), 0u);
 }
 
@@ -300,8 +301,8 @@ TEST(LaunchPlan, HvdMpirunOverridesBinary) {
 
 TEST(LaunchPlan, SrunLauncher) {
   FakeEnv env;
-  env.vars = {{"SLURM_JOB_ID", "5"}, {"SLURM_JOB_NODELIST", "n[1-2]"},
-              {"SLURM_TASKS_PER_NODE", "2(x2)"}};
+  env.vars = {
+      {"SLURM_JOB_ID", "5"}, {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "2(x2)"}};
   LaunchOptions o = with_command({"./t"});
   o.launcher = "srun";
   o.tuning = {{"HVD_CYCLE_TIME", "3"}};
@@ -370,10 +371,12 @@ hvd::launcher::LaunchPlan shell_plan(const std::string& script) {
 
 TEST(Supervise, RecognisesOpenMpisAbortNotices) {
   using hvd::launcher::is_abort_notice;
-  EXPECT_TRUE(is_abort_notice("a non-zero exit code. Per user-direction, the job has been aborted.\n"));
+  EXPECT_TRUE(
+      is_abort_notice("a non-zero exit code. Per user-direction, the job has been aborted.\n"));
   EXPECT_TRUE(is_abort_notice("mpirun: abort is already in progress...hit ctrl-c again"));
   EXPECT_TRUE(is_abort_notice("ORTE has lost communication with a remote daemon."));
-  EXPECT_TRUE(is_abort_notice("mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9"));
+  EXPECT_TRUE(is_abort_notice(
+      "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9"));
   EXPECT_FALSE(is_abort_notice("rank 0: error: allreduce of 'x' failed"));
   EXPECT_FALSE(is_abort_notice(""));
 }
@@ -395,7 +398,9 @@ TEST(Supervise, EndsAnAbortThatNeverFinishes) {
   // when a node's daemon cannot be reached: ended `grace` seconds later with status 1.
   const auto start = std::chrono::steady_clock::now();
   int rc = hvd::launcher::supervise_plan(
-      shell_plan("printf 'Per user-direction, the job has ' >&2; sleep 0.3; printf 'been aborted.\\n' >&2; sleep 60"), 1);
+      shell_plan("printf 'Per user-direction, the job has ' >&2; sleep 0.3; printf 'been "
+                 "aborted.\\n' >&2; sleep 60"),
+      1);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(rc, 1);
   EXPECT_LT(s, 10.0) << "the hung abort was not ended";

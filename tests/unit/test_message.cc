@@ -63,12 +63,14 @@ TEST(Message, EveryTruncationIsAnErrorNotACrash) {
   a.name = "abc";
   a.shape = {1, 2};
   std::string s = serialize_requests({a, a});
-  for (size_t n = 0; n < s.size(); ++n) EXPECT_THROW(parse_requests(s.data(), n), InternalError) << n;
+  for (size_t n = 0; n < s.size(); ++n)
+    EXPECT_THROW(parse_requests(s.data(), n), InternalError) << n;
   Response r;
   r.names = {"abc"};
   r.shapes = {{1}};
   std::string t = serialize_responses({r});
-  for (size_t n = 0; n < t.size(); ++n) EXPECT_THROW(parse_responses(t.data(), n), InternalError) << n;
+  for (size_t n = 0; n < t.size(); ++n)
+    EXPECT_THROW(parse_responses(t.data(), n), InternalError) << n;
 }
 
 }  // namespace

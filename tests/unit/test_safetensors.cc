@@ -68,14 +68,15 @@ TEST(Xxh64, StreamingInAnyChunksEqualsOneShot) {
   whole.update(s.data(), s.size());
   for (std::size_t chunk : {1, 3, 7, 31, 32, 33, 64, 999}) {
     Xxh64 h;
-    for (std::size_t p = 0; p < s.size(); p += chunk) h.update(s.data() + p, std::min(chunk, s.size() - p));
+    for (std::size_t p = 0; p < s.size(); p += chunk)
+      h.update(s.data() + p, std::min(chunk, s.size() - p));
     EXPECT_EQ(h.digest(), whole.digest()) << "chunk " << chunk;
   }
 }
 
 TEST(Dtypes, NamesAndSizesRoundTrip) {
   const std::pair<DataType, const char*> all[] = {
-      {DataType::kUInt8, "U8"},    {DataType::kInt8, "I8"},   {DataType::kInt32, "I32"},
+      {DataType::kUInt8, "U8"},    {DataType::kInt8, "I8"},     {DataType::kInt32, "I32"},
       {DataType::kInt64, "I64"},   {DataType::kFloat16, "F16"}, {DataType::kBFloat16, "BF16"},
       {DataType::kFloat32, "F32"}, {DataType::kFloat64, "F64"}};
   const std::size_t sizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
@@ -84,7 +85,8 @@ TEST(Dtypes, NamesAndSizesRoundTrip) {
     EXPECT_EQ(parse_safetensors_dtype(all[i].second), all[i].first);
     EXPECT_EQ(element_bytes(all[i].first), sizes[i]);
   }
-  for (const char* bad : {"f32", "BOOL", "F8_E4M3", "U16", "", "F32 "}) EXPECT_FALSE(parse_safetensors_dtype(bad));
+  for (const char* bad : {"f32", "BOOL", "F8_E4M3", "U16", "", "F32 "})
+    EXPECT_FALSE(parse_safetensors_dtype(bad));
 }
 
 TEST(RoundTrip, EveryDtypeKeepsNameShapeAndBytes) {
@@ -97,10 +99,14 @@ TEST(RoundTrip, EveryDtypeKeepsNameShapeAndBytes) {
   std::vector<float> f32 = {0.5f, -0.0f, 3.25f, 1e-30f, 7.f, 8.f, 9.f};
   std::vector<double> f64 = {1.0 / 3.0, -2.5};
   std::vector<TensorBytes> in = {
-      {"u8", DataType::kUInt8, {3}, u8.data()},         {"i8", DataType::kInt8, {5, 1}, i8.data()},
-      {"i32", DataType::kInt32, {2, 3}, i32.data()},    {"i64", DataType::kInt64, {2}, i64.data()},
-      {"f16", DataType::kFloat16, {3}, f16.data()},     {"bf16", DataType::kBFloat16, {1, 2}, bf16.data()},
-      {"f32", DataType::kFloat32, {7}, f32.data()},     {"f64", DataType::kFloat64, {2}, f64.data()},
+      {"u8", DataType::kUInt8, {3}, u8.data()},
+      {"i8", DataType::kInt8, {5, 1}, i8.data()},
+      {"i32", DataType::kInt32, {2, 3}, i32.data()},
+      {"i64", DataType::kInt64, {2}, i64.data()},
+      {"f16", DataType::kFloat16, {3}, f16.data()},
+      {"bf16", DataType::kBFloat16, {1, 2}, bf16.data()},
+      {"f32", DataType::kFloat32, {7}, f32.data()},
+      {"f64", DataType::kFloat64, {2}, f64.data()},
   };
   const std::string file = serialize_safetensors(in, {{"step", "5"}, {"who", "test"}});
   const SafetensorsHeader h = parse_and_verify(file);
@@ -111,8 +117,8 @@ TEST(RoundTrip, EveryDtypeKeepsNameShapeAndBytes) {
   EXPECT_EQ(h.metadata.at(kChecksumKey).size(), 16u);
   EXPECT_EQ(h.data_offset % 8, 0u);
   EXPECT_EQ(h.data_offset + h.data_size, file.size());
-  const std::string expected_data = bytes_of(u8) + bytes_of(i8) + bytes_of(i32) + bytes_of(i64) + bytes_of(f16) +
-                                    bytes_of(bf16) + bytes_of(f32) + bytes_of(f64);
+  const std::string expected_data = bytes_of(u8) + bytes_of(i8) + bytes_of(i32) + bytes_of(i64) +
+                                    bytes_of(f16) + bytes_of(bf16) + bytes_of(f32) + bytes_of(f64);
   EXPECT_EQ(file.substr(h.data_offset), expected_data);
   for (const auto& t : in) {
     const SafetensorsEntry* e = h.find(t.name);
@@ -129,7 +135,8 @@ TEST(RoundTrip, EveryDtypeKeepsNameShapeAndBytes) {
 TEST(RoundTrip, HeaderIsSpacePaddedToEightBytesAndStartsWithBrace) {
   for (int name_len = 1; name_len <= 9; ++name_len) {
     float x = 1.f;
-    const std::string file = serialize_safetensors({{std::string(name_len, 'n'), DataType::kFloat32, {}, &x}}, {});
+    const std::string file =
+        serialize_safetensors({{std::string(name_len, 'n'), DataType::kFloat32, {}, &x}}, {});
     uint64_t n;
     std::memcpy(&n, file.data(), 8);
     EXPECT_EQ((8 + n) % 8, 0u);
@@ -161,11 +168,13 @@ TEST(RoundTrip, ZeroElementScalarAndEmptyTensorLists) {
 
 TEST(RoundTrip, NamesAndMetadataWithEscapesAndUnicode) {
   const std::string name = "w\"e\\i/r\td \xc3\xa9\xe2\x82\xac\x01";
-  const std::map<std::string, std::string> md = {{"note", "quote \" backslash \\ newline \n tab \t \xe2\x82\xac"},
-                                                 {"ctrl", "\x01\x1f"},
-                                                 {"", "empty key"}};
+  const std::map<std::string, std::string> md = {
+      {"note", "quote \" backslash \\ newline \n tab \t \xe2\x82\xac"},
+      {"ctrl", "\x01\x1f"},
+      {"", "empty key"}};
   uint8_t b = 9;
-  const SafetensorsHeader h = parse_and_verify(serialize_safetensors({{name, DataType::kUInt8, {1}, &b}}, md));
+  const SafetensorsHeader h =
+      parse_and_verify(serialize_safetensors({{name, DataType::kUInt8, {1}, &b}}, md));
   ASSERT_EQ(h.tensors.size(), 1u);
   EXPECT_EQ(h.tensors[0].name, name);
   for (const auto& [k, v] : md) EXPECT_EQ(h.metadata.at(k), v) << k;
@@ -174,12 +183,14 @@ TEST(RoundTrip, NamesAndMetadataWithEscapesAndUnicode) {
 TEST(Parse, AcceptsHandWrittenFilesOfOtherWritersAndUnicodeEscapes) {
   // Key order, whitespace and \u escapes as another writer might produce them.
   const std::string file = make_file(
-      " {\n  \"b\\u00e9\\ud83d\\ude00\" : { \"shape\" : [ 2 ] , \"data_offsets\" : [ 0 , 2 ], \"dtype\":\"U8\" },"
+      " {\n  \"b\\u00e9\\ud83d\\ude00\" : { \"shape\" : [ 2 ] , \"data_offsets\" : [ 0 , 2 ], "
+      "\"dtype\":\"U8\" },"
       "\"__metadata__\":{\"format\":\"pt\"} }   ",
       "\x01\x02");
   expect_error([&] { parse_header(file, file.size()); }, "does not start with '{'");
   const std::string ok = make_file(
-      "{\n  \"b\\u00e9\\ud83d\\ude00\" : { \"shape\" : [ 2 ] , \"data_offsets\" : [ 0 , 2 ], \"dtype\":\"U8\" },"
+      "{\n  \"b\\u00e9\\ud83d\\ude00\" : { \"shape\" : [ 2 ] , \"data_offsets\" : [ 0 , 2 ], "
+      "\"dtype\":\"U8\" },"
       "\"__metadata__\":{\"format\":\"pt\"} }   ",
       "\x01\x02");
   const SafetensorsHeader h = parse_header(ok, ok.size());
@@ -195,8 +206,9 @@ TEST(Parse, AcceptsHandWrittenFilesOfOtherWritersAndUnicodeEscapes) {
 std::string valid_file() {
   std::vector<float> a = {1, 2, 3, 4, 5, 6};
   std::vector<int64_t> b = {-1, 7};
-  return serialize_safetensors({{"a", DataType::kFloat32, {2, 3}, a.data()}, {"b", DataType::kInt64, {2}, b.data()}},
-                               {{"step", "3"}});
+  return serialize_safetensors(
+      {{"a", DataType::kFloat32, {2, 3}, a.data()}, {"b", DataType::kInt64, {2}, b.data()}},
+      {{"step", "3"}});
 }
 
 TEST(Corrupt, FlippedDataByteFailsTheChecksum) {
@@ -233,7 +245,8 @@ TEST(Corrupt, EveryTruncationIsAnError) {
 
 TEST(Corrupt, HugeOrZeroHeaderLengthIsRejectedBeforeAllocating) {
   const std::string good = valid_file();
-  for (uint64_t n : {uint64_t{0}, kMaxHeaderBytes + 1, uint64_t{1} << 40, ~uint64_t{0}, uint64_t{1} << 63}) {
+  for (uint64_t n :
+       {uint64_t{0}, kMaxHeaderBytes + 1, uint64_t{1} << 40, ~uint64_t{0}, uint64_t{1} << 63}) {
     std::string bad = good;
     std::memcpy(bad.data(), &n, 8);
     EXPECT_THROW(parse_and_verify(bad), Error) << n;
@@ -260,10 +273,13 @@ TEST(Corrupt, BadJsonIsAnErrorNamingTheProblem) {
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1.0],\"data_offsets\":[0,1]}}", "fraction or exponent"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1e0],\"data_offsets\":[0,1]}}", "fraction or exponent"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}", "leading zero"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[true],\"data_offsets\":[0,1]}}", "expected a non-negative integer"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[true],\"data_offsets\":[0,1]}}",
+       "expected a non-negative integer"},
       {"{\"a\":{\"dtype\":null,\"shape\":[1],\"data_offsets\":[0,1]}}", "expected a string"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"extra\":1}}", "unknown key 'extra'"},
-      {"{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", "duplicate key 'dtype'"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],\"extra\":1}}",
+       "unknown key 'extra'"},
+      {"{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+       "duplicate key 'dtype'"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1]}}", "lacks data_offsets"},
       {"{\"a\":{\"shape\":[1],\"data_offsets\":[0,1]}}", "lacks dtype"},
       {"{\"a\":{}}", "lacks dtype"},
@@ -283,7 +299,8 @@ TEST(Corrupt, BadJsonIsAnErrorNamingTheProblem) {
       {"{\"__metadata__\":{},\"__metadata__\":{}," + t + "}", "duplicate __metadata__"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1,2]}}", "expected ']'"},
       {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0]}}", "expected ','"},
-      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,],\"data_offsets\":[0,1]}}", "expected a non-negative integer"},
+      {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,],\"data_offsets\":[0,1]}}",
+       "expected a non-negative integer"},
       {"{\"a\":[]}", "expected '{' to open tensor 'a'"},
   };
   for (const auto& [json, needle] : cases) {
@@ -294,20 +311,24 @@ TEST(Corrupt, BadJsonIsAnErrorNamingTheProblem) {
 
 TEST(Corrupt, UnknownDtypeIsAnError) {
   for (const char* d : {"F8_E4M3", "BOOL", "f32", "U16", ""}) {
-    std::string json = std::string("{\"a\":{\"dtype\":\"") + d + "\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+    std::string json =
+        std::string("{\"a\":{\"dtype\":\"") + d + "\",\"shape\":[1],\"data_offsets\":[0,1]}}";
     expect_parse_error(make_file(json, "x"), "unknown dtype");
   }
 }
 
 TEST(Corrupt, NegativeOrHugeShapeIsAnError) {
   auto file = [](const std::string& shape, const std::string& offsets) {
-    return make_file("{\"a\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}}", "abcd");
+    return make_file(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}}",
+        "abcd");
   };
   expect_parse_error(file("[-1]", "[0,4]"), "negative number");
   expect_parse_error(file("[9223372036854775808]", "[0,4]"), "too large");
   expect_parse_error(file("[99999999999999999999]", "[0,4]"), "number too large");
   expect_parse_error(file("[4294967296,4294967296,16]", "[0,4]"), "too many elements");
-  expect_parse_error(file("[4611686018427387904]", "[0,4]"), "too many elements");  // x4 bytes overflows
+  expect_parse_error(file("[4611686018427387904]", "[0,4]"),
+                     "too many elements");  // x4 bytes overflows
   expect_parse_error(file("[2]", "[0,4]"), "span 4 bytes, but F32 [2] needs 8");
 }
 
@@ -319,17 +340,60 @@ TEST(Corrupt, BadOffsetsAreAnError) {
   };
   const std::string ok = two("[0,2]", "[2,4]", "abcd");
   EXPECT_EQ(parse_header(ok, ok.size()).tensors.size(), 2u);
-  expect_error([&] { auto f = two("[0,2]", "[1,3]", "abc"); parse_header(f, f.size()); }, "overlap");
-  expect_error([&] { auto f = two("[0,2]", "[3,5]", "abcde"); parse_header(f, f.size()); }, "gap");
-  expect_error([&] { auto f = two("[0,2]", "[2,4]", "abc"); parse_header(f, f.size()); }, "truncated file");
-  expect_error([&] { auto f = two("[0,2]", "[2,4]", "abcdef"); parse_header(f, f.size()); }, "trailing bytes");
-  expect_error([&] { auto f = two("[0,2]", "[4,2]", "abcd"); parse_header(f, f.size()); }, "end before they begin");
-  expect_error([&] { auto f = two("[0,2]", "[2,5]", "abcde"); parse_header(f, f.size()); }, "needs 2");
-  expect_error([&] { auto f = two("[0,2]", "[18446744073709551614,0]", "abcd"); parse_header(f, f.size()); },
-               "end before they begin");
-  expect_error([&] { auto f = two("[0,2]", "[18446744073709551615,1]", "abcd"); parse_header(f, f.size()); },
-               "end before they begin");
-  expect_error([&] { auto f = two("[0,2]", "[0,2]", "abcd"); parse_header(f, f.size()); }, "overlap");
+  expect_error(
+      [&] {
+        auto f = two("[0,2]", "[1,3]", "abc");
+        parse_header(f, f.size());
+      },
+      "overlap");
+  expect_error(
+      [&] {
+        auto f = two("[0,2]", "[3,5]", "abcde");
+        parse_header(f, f.size());
+      },
+      "gap");
+  expect_error(
+      [&] {
+        auto f = two("[0,2]", "[2,4]", "abc");
+        parse_header(f, f.size());
+      },
+      "truncated file");
+  expect_error(
+      [&] {
+        auto f = two("[0,2]", "[2,4]", "abcdef");
+        parse_header(f, f.size());
+      },
+      "trailing bytes");
+  expect_error(
+      [&] {
+        auto f = two("[0,2]", "[4,2]", "abcd");
+        parse_header(f, f.size());
+      },
+      "end before they begin");
+  expect_error(
+      [&] {
+        auto f = two("[0,2]", "[2,5]", "abcde");
+        parse_header(f, f.size());
+      },
+      "needs 2");
+  expect_error(
+      [&] {
+        auto f = two("[0,2]", "[18446744073709551614,0]", "abcd");
+        parse_header(f, f.size());
+      },
+      "end before they begin");
+  expect_error(
+      [&] {
+        auto f = two("[0,2]", "[18446744073709551615,1]", "abcd");
+        parse_header(f, f.size());
+      },
+      "end before they begin");
+  expect_error(
+      [&] {
+        auto f = two("[0,2]", "[0,2]", "abcd");
+        parse_header(f, f.size());
+      },
+      "overlap");
 }
 
 TEST(Writer, RejectsBadTensors) {
@@ -356,10 +420,12 @@ TEST(Fuzz, RandomByteFlipsParseOrThrowNeverCrash) {
   for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
   std::vector<int32_t> b = {1, 2, 3};
   uint16_t h16 = 0x3C00;
-  const std::string good = serialize_safetensors(
-      {{"layer.weight", DataType::kFloat32, {37}, a.data()}, {"b", DataType::kInt32, {3, 1}, b.data()},
-       {"z", DataType::kFloat64, {0}, nullptr}, {"h", DataType::kBFloat16, {}, &h16}},
-      {{"step", "12"}, {"note", "x\"y"}});
+  const std::string good =
+      serialize_safetensors({{"layer.weight", DataType::kFloat32, {37}, a.data()},
+                             {"b", DataType::kInt32, {3, 1}, b.data()},
+                             {"z", DataType::kFloat64, {0}, nullptr},
+                             {"h", DataType::kBFloat16, {}, &h16}},
+                            {{"step", "12"}, {"note", "x\"y"}});
   ASSERT_NO_THROW(parse_and_verify(good));
   std::mt19937_64 rng(12345);
   int parsed = 0, header_ok = 0, errors = 0;
@@ -368,20 +434,26 @@ TEST(Fuzz, RandomByteFlipsParseOrThrowNeverCrash) {
     const int flips = 1 + static_cast<int>(rng() % 4);
     for (int f = 0; f < flips; ++f) {
       // Aim most damage at the length prefix and header, where the parser works hardest.
-      std::size_t limit = (rng() % 4 == 0) ? bad.size() : std::min<std::size_t>(bad.size(), 8 + 200);
+      std::size_t limit =
+          (rng() % 4 == 0) ? bad.size() : std::min<std::size_t>(bad.size(), 8 + 200);
       std::size_t pos = rng() % limit;
       switch (rng() % 3) {
-        case 0: bad[pos] ^= static_cast<char>(1u << (rng() % 8)); break;
-        case 1: bad[pos] = static_cast<char>(rng()); break;
-        default: bad[pos] = "{}[]\",:\\0-9 "[rng() % 13]; break;
+        case 0:
+          bad[pos] ^= static_cast<char>(1u << (rng() % 8));
+          break;
+        case 1:
+          bad[pos] = static_cast<char>(rng());
+          break;
+        default:
+          bad[pos] = "{}[]\",:\\0-9 "[rng() % 13];
+          break;
       }
     }
     if (rng() % 8 == 0) bad.resize(rng() % (bad.size() + 1));
     try {
       parse_header(bad, bad.size());
       ++header_ok;
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
     try {
       parse_and_verify(bad);
       ++parsed;

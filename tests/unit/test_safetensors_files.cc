@@ -61,10 +61,12 @@ struct Model {
   std::vector<float> weights;
   std::vector<int64_t> bias;
   explicit Model(int64_t step) : weights(11), bias(1, -step) {
-    for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(step * 1000 + static_cast<int64_t>(i));
+    for (std::size_t i = 0; i < weights.size(); ++i)
+      weights[i] = static_cast<float>(step * 1000 + static_cast<int64_t>(i));
   }
   std::vector<TensorBytes> tensors() {
-    return {{"weights", DataType::kFloat32, {11}, weights.data()}, {"bias", DataType::kInt64, {1}, bias.data()}};
+    return {{"weights", DataType::kFloat32, {11}, weights.data()},
+            {"bias", DataType::kInt64, {1}, bias.data()}};
   }
 };
 
@@ -74,18 +76,21 @@ TEST(FileNames, ZeroPaddedAndParsedBack) {
   EXPECT_EQ(checkpoint_file_name(1234567890123456), "ckpt-1234567890123456.safetensors");
   for (int64_t s : {int64_t{0}, int64_t{1}, int64_t{42}, int64_t{999999999999}, INT64_MAX})
     EXPECT_EQ(parse_checkpoint_file_name(checkpoint_file_name(s)), s);
-  for (const char* bad : {"ckpt-.safetensors", "ckpt-12.safetensors.tmp", ".ckpt-000000000001.safetensors.tmp",
-                          "ckpt-1a.safetensors", "ckpt--1.safetensors", "ckpt-99999999999999999999.safetensors",
-                          "model.safetensors", "ckpt-1.safetensor"})
+  for (const char* bad :
+       {"ckpt-.safetensors", "ckpt-12.safetensors.tmp", ".ckpt-000000000001.safetensors.tmp",
+        "ckpt-1a.safetensors", "ckpt--1.safetensors", "ckpt-99999999999999999999.safetensors",
+        "model.safetensors", "ckpt-1.safetensor"})
     EXPECT_FALSE(parse_checkpoint_file_name(bad)) << bad;
 }
 
 TEST(WriteRead, RoundTripThroughDiskLeavesNoTemporaryFile) {
   TempDir dir;
   Model m(7);
-  const std::string path = write_checkpoint_file(dir.path() + "/sub/dir", 7, m.tensors(), {{"step", "7"}});
+  const std::string path =
+      write_checkpoint_file(dir.path() + "/sub/dir", 7, m.tensors(), {{"step", "7"}});
   EXPECT_EQ(path, dir.path() + "/sub/dir/ckpt-000000000007.safetensors");
-  EXPECT_EQ(names_in(dir.path() + "/sub/dir"), std::vector<std::string>{"ckpt-000000000007.safetensors"});
+  EXPECT_EQ(names_in(dir.path() + "/sub/dir"),
+            std::vector<std::string>{"ckpt-000000000007.safetensors"});
 
   const SafetensorsHeader h = read_verified_header(path);
   EXPECT_EQ(h.metadata.at("step"), "7");
@@ -123,8 +128,10 @@ TEST(WriteRead, MismatchedTensorsAreInvalidArgumentErrors) {
     }
   };
   expect_mismatch({"missing", DataType::kFloat32, {11}, buf.data()}, "has no tensor 'missing'");
-  expect_mismatch({"weights", DataType::kFloat32, {12}, buf.data()}, "as F32 [11] but the caller passed F32 [12]");
-  expect_mismatch({"weights", DataType::kInt32, {11}, buf.data()}, "but the caller passed I32 [11]");
+  expect_mismatch({"weights", DataType::kFloat32, {12}, buf.data()},
+                  "as F32 [11] but the caller passed F32 [12]");
+  expect_mismatch({"weights", DataType::kInt32, {11}, buf.data()},
+                  "but the caller passed I32 [11]");
 }
 
 TEST(WriteRead, FileChangedAfterVerificationIsDetectedOnLoad) {
@@ -197,15 +204,15 @@ TEST(Prune, KeepsTheNewestAndTheOneJustWrittenAndRemovesStaleTemporaries) {
   write_raw(dir / ".ckpt-000000000009.safetensors.tmp", "torn by a kill");
   EXPECT_TRUE(prune_checkpoints(dir.path(), 3, 5).empty());
   EXPECT_EQ(names_in(dir.path()), (std::vector<std::string>{"ckpt-000000000003.safetensors",
-                                                             "ckpt-000000000004.safetensors",
-                                                             "ckpt-000000000005.safetensors"}));
+                                                            "ckpt-000000000004.safetensors",
+                                                            "ckpt-000000000005.safetensors"}));
   // A restarted job that saves an older step keeps it, plus the newest keep_last - 1 others.
   Model m(2);
   write_checkpoint_file(dir.path(), 2, m.tensors(), {});
   EXPECT_TRUE(prune_checkpoints(dir.path(), 3, 2).empty());
   EXPECT_EQ(names_in(dir.path()), (std::vector<std::string>{"ckpt-000000000002.safetensors",
-                                                             "ckpt-000000000004.safetensors",
-                                                             "ckpt-000000000005.safetensors"}));
+                                                            "ckpt-000000000004.safetensors",
+                                                            "ckpt-000000000005.safetensors"}));
   EXPECT_TRUE(prune_checkpoints(dir.path(), 1, 5).empty());
   EXPECT_EQ(names_in(dir.path()), std::vector<std::string>{"ckpt-000000000005.safetensors"});
 }
@@ -257,11 +264,13 @@ TEST(ReadVerified, LargeTensorsStreamInChunks) {
   TempDir dir;
   std::vector<double> big((5 << 20) / 8 + 3);
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<double>(i) * 0.5;
-  const std::string path =
-      write_checkpoint_file(dir.path(), 1, {{"big", DataType::kFloat64, {static_cast<int64_t>(big.size())}, big.data()}}, {});
+  const std::string path = write_checkpoint_file(
+      dir.path(), 1, {{"big", DataType::kFloat64, {static_cast<int64_t>(big.size())}, big.data()}},
+      {});
   const SafetensorsHeader h = read_verified_header(path);
   std::vector<double> out(big.size());
-  load_tensors(path, h, {{"big", DataType::kFloat64, {static_cast<int64_t>(out.size())}, out.data()}});
+  load_tensors(path, h,
+               {{"big", DataType::kFloat64, {static_cast<int64_t>(out.size())}, out.data()}});
   EXPECT_EQ(out, big);
 }
 

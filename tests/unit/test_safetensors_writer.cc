@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
   auto i8 = fill<int8_t>(17, [](int64_t j) { return static_cast<int8_t>((5 * j) % 256 - 128); });
   auto i32 = fill<int32_t>(24, [](int64_t j) { return static_cast<int32_t>(j * 7919 - 123456); });
   auto i64 = fill<int64_t>(5, [](int64_t j) { return j * 3000000000LL - 7; });
-  std::vector<uint16_t> f16 = {0x3C00, 0xC000, 0x3800, 0x7BFF};  // 1, -2, 0.5, 65504
+  std::vector<uint16_t> f16 = {0x3C00, 0xC000, 0x3800, 0x7BFF};   // 1, -2, 0.5, 65504
   std::vector<uint16_t> bf16 = {0x3FC0, 0xBF80, 0x0000, 0x4040};  // 1.5, -1, 0, 3
   auto f32 = fill<float>(3 * 5 * 7, [](int64_t j) { return static_cast<float>(j - 50) * 0.25f; });
   auto f64 = fill<double>(6, [](int64_t j) { return static_cast<double>(j) / 3.0; });
@@ -66,11 +66,14 @@ int main(int argc, char** argv) {
       {"weird \xc3\xbc \"q\" \\ name/\xc3\xa9", DataType::kUInt8, {2}, weird},
   };
   const std::map<std::string, std::string> metadata = {
-      {"note", "quote \" backslash \\ newline \n tab \t \xc3\xa9 \xe2\x82\xac"}, {"ctrl", "\x01\x1f"}, {"step", "12"}};
+      {"note", "quote \" backslash \\ newline \n tab \t \xc3\xa9 \xe2\x82\xac"},
+      {"ctrl", "\x01\x1f"},
+      {"step", "12"}};
   std::vector<TensorBytes> all = numpy_ok;
   all.push_back({"bf16", DataType::kBFloat16, {2, 2}, bf16.data()});
   try {
-    if (!write(dir + "/numpy.safetensors", hvd::training::serialize_safetensors(numpy_ok, metadata)) ||
+    if (!write(dir + "/numpy.safetensors",
+               hvd::training::serialize_safetensors(numpy_ok, metadata)) ||
         !write(dir + "/all.safetensors", hvd::training::serialize_safetensors(all, metadata))) {
       std::fprintf(stderr, "cannot write into %s\n", dir.c_str());
       return 1;

@@ -16,13 +16,13 @@
 
 namespace train_cnn::gpu {
 
-[[noreturn]] inline void throw_gpu_error(const char* call, const std::string& what, const char* file,
-                                         int line) {
-  throw hvd::Error(std::string(call) + " failed: " + what + " at " + file + ":" +
-                   std::to_string(line) +
-                   ". Check that the device is healthy (nvidia-smi), that the CUDA, cuDNN and "
-                   "cuBLAS libraries match the ones train_cnn was built with, and that enough device "
-                   "memory is free.");
+[[noreturn]] inline void throw_gpu_error(const char* call, const std::string& what,
+                                         const char* file, int line) {
+  throw hvd::Error(
+      std::string(call) + " failed: " + what + " at " + file + ":" + std::to_string(line) +
+      ". Check that the device is healthy (nvidia-smi), that the CUDA, cuDNN and "
+      "cuBLAS libraries match the ones train_cnn was built with, and that enough device "
+      "memory is free.");
 }
 
 inline std::string cuda_error_text(cudaError_t rc) {
@@ -30,7 +30,8 @@ inline std::string cuda_error_text(cudaError_t rc) {
 }
 
 inline std::string cudnn_error_text(cudnnStatus_t rc) {
-  return std::string(cudnnGetErrorString(rc)) + " (cuDNN " + std::to_string(cudnnGetVersion()) + ")";
+  return std::string(cudnnGetErrorString(rc)) + " (cuDNN " + std::to_string(cudnnGetVersion()) +
+         ")";
 }
 
 inline std::string cublas_error_text(cublasStatus_t rc) {
@@ -39,26 +40,26 @@ inline std::string cublas_error_text(cublasStatus_t rc) {
 
 }  // namespace train_cnn::gpu
 
-#define CNN_CUDA_CHECK(call)                                                                  \
-  do {                                                                                        \
-    const cudaError_t cnn_rc_ = (call);                                                       \
-    if (cnn_rc_ != cudaSuccess)                                                               \
-      ::train_cnn::gpu::throw_gpu_error(#call, ::train_cnn::gpu::cuda_error_text(cnn_rc_),    \
-                                        __FILE__, __LINE__);                                  \
+#define CNN_CUDA_CHECK(call)                                                               \
+  do {                                                                                     \
+    const cudaError_t cnn_rc_ = (call);                                                    \
+    if (cnn_rc_ != cudaSuccess)                                                            \
+      ::train_cnn::gpu::throw_gpu_error(#call, ::train_cnn::gpu::cuda_error_text(cnn_rc_), \
+                                        __FILE__, __LINE__);                               \
   } while (0)
 
-#define CNN_CUDNN_CHECK(call)                                                                 \
-  do {                                                                                        \
-    const cudnnStatus_t cnn_rc_ = (call);                                                     \
-    if (cnn_rc_ != CUDNN_STATUS_SUCCESS)                                                      \
-      ::train_cnn::gpu::throw_gpu_error(#call, ::train_cnn::gpu::cudnn_error_text(cnn_rc_),   \
-                                        __FILE__, __LINE__);                                  \
+#define CNN_CUDNN_CHECK(call)                                                               \
+  do {                                                                                      \
+    const cudnnStatus_t cnn_rc_ = (call);                                                   \
+    if (cnn_rc_ != CUDNN_STATUS_SUCCESS)                                                    \
+      ::train_cnn::gpu::throw_gpu_error(#call, ::train_cnn::gpu::cudnn_error_text(cnn_rc_), \
+                                        __FILE__, __LINE__);                                \
   } while (0)
 
-#define CNN_CUBLAS_CHECK(call)                                                                \
-  do {                                                                                        \
-    const cublasStatus_t cnn_rc_ = (call);                                                    \
-    if (cnn_rc_ != CUBLAS_STATUS_SUCCESS)                                                     \
-      ::train_cnn::gpu::throw_gpu_error(#call, ::train_cnn::gpu::cublas_error_text(cnn_rc_),  \
-                                        __FILE__, __LINE__);                                  \
+#define CNN_CUBLAS_CHECK(call)                                                               \
+  do {                                                                                       \
+    const cublasStatus_t cnn_rc_ = (call);                                                   \
+    if (cnn_rc_ != CUBLAS_STATUS_SUCCESS)                                                    \
+      ::train_cnn::gpu::throw_gpu_error(#call, ::train_cnn::gpu::cublas_error_text(cnn_rc_), \
+                                        __FILE__, __LINE__);                                 \
   } while (0)

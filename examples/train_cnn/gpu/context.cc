@@ -20,8 +20,8 @@ CudaContext::CudaContext(const GpuOptions& options) : options_(options) {
   if (options_.device < 0 || options_.device >= devices) {
     throw hvd::InvalidArgumentError(
         "train_cnn GPU model: CUDA device " + std::to_string(options_.device) + " requested, " +
-        std::to_string(devices) +
-        " visible. Pick a device in 0.." + std::to_string(devices > 0 ? devices - 1 : 0) +
+        std::to_string(devices) + " visible. Pick a device in 0.." +
+        std::to_string(devices > 0 ? devices - 1 : 0) +
         " (CUDA_VISIBLE_DEVICES limits the list), or use --device cpu.");
   }
   CNN_CUDA_CHECK(cudaSetDevice(options_.device));

@@ -90,10 +90,9 @@ const CudnnConv2d::Plan& CudnnConv2d::plan(int batch) {
     CNN_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
     std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(max_count));
     int count = 0;
-    if (max_count > 0 &&
-        cudnnGetConvolutionForwardAlgorithm_v7(h, x_desc_.get(), w_desc_.get(), conv_desc_.get(),
-                                               y_desc_.get(), max_count, &count,
-                                               perf.data()) == CUDNN_STATUS_SUCCESS) {
+    if (max_count > 0 && cudnnGetConvolutionForwardAlgorithm_v7(
+                             h, x_desc_.get(), w_desc_.get(), conv_desc_.get(), y_desc_.get(),
+                             max_count, &count, perf.data()) == CUDNN_STATUS_SUCCESS) {
       for (int i = 0; i < count && !found; ++i) {
         size_t bytes = 0;
         if (acceptable(perf[i], tf32) &&
@@ -127,10 +126,9 @@ const CudnnConv2d::Plan& CudnnConv2d::plan(int batch) {
       for (int i = 0; i < count && !found; ++i) {
         size_t bytes = 0;
         if (acceptable(perf[i], tf32) &&
-            cudnnGetConvolutionBackwardDataWorkspaceSize(h, w_desc_.get(), y_desc_.get(),
-                                                         conv_desc_.get(), x_desc_.get(),
-                                                         perf[i].algo,
-                                                         &bytes) == CUDNN_STATUS_SUCCESS &&
+            cudnnGetConvolutionBackwardDataWorkspaceSize(
+                h, w_desc_.get(), y_desc_.get(), conv_desc_.get(), x_desc_.get(), perf[i].algo,
+                &bytes) == CUDNN_STATUS_SUCCESS &&
             bytes <= limit) {
           p.backward_data = perf[i].algo;
           p.backward_data_bytes = bytes;
@@ -158,10 +156,9 @@ const CudnnConv2d::Plan& CudnnConv2d::plan(int batch) {
       for (int i = 0; i < count && !found; ++i) {
         size_t bytes = 0;
         if (acceptable(perf[i], tf32) &&
-            cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x_desc_.get(), y_desc_.get(),
-                                                           conv_desc_.get(), w_desc_.get(),
-                                                           perf[i].algo,
-                                                           &bytes) == CUDNN_STATUS_SUCCESS &&
+            cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                h, x_desc_.get(), y_desc_.get(), conv_desc_.get(), w_desc_.get(), perf[i].algo,
+                &bytes) == CUDNN_STATUS_SUCCESS &&
             bytes <= limit) {
           p.backward_filter = perf[i].algo;
           p.backward_filter_bytes = bytes;
@@ -191,8 +188,8 @@ void CudnnConv2d::forward(const float* x, float* y, int batch) {
   void* ws = context_.workspace(p.forward_bytes);
   const float one = 1.0f, zero = 0.0f;
   CNN_CUDNN_CHECK(cudnnConvolutionForward(context_.cudnn(), &one, x_desc_.get(), x, w_desc_.get(),
-                                          weight_, conv_desc_.get(), p.forward, ws,
-                                          p.forward_bytes, &zero, y_desc_.get(), y));
+                                          weight_, conv_desc_.get(), p.forward, ws, p.forward_bytes,
+                                          &zero, y_desc_.get(), y));
   bias_add(y, bias_, batch, out_channels_, out_height_ * out_width_, context_.stream());
 }
 

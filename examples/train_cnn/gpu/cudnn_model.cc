@@ -135,8 +135,7 @@ void CudnnModel::enqueue_forward(std::span<const float> images, std::span<const 
   for (int n = 0; n < batch; ++n) {
     if (labels[n] < 0 || labels[n] >= options_.num_classes) {
       throw hvd::InvalidArgumentError("SoftmaxCrossEntropy: sample " + std::to_string(n) +
-                                      " has label " + std::to_string(labels[n]) +
-                                      ", expected 0.." +
+                                      " has label " + std::to_string(labels[n]) + ", expected 0.." +
                                       std::to_string(options_.num_classes - 1) + ".");
     }
   }
@@ -271,8 +270,8 @@ void CudnnModel::copy_parameters_from_host(std::span<const float> in) {
   model::check_buffer_size("CudnnModel", "parameters", static_cast<int64_t>(in.size()),
                            num_parameters_);
   context_.activate();
-  CNN_CUDA_CHECK(cudaMemcpyAsync(params_.data(), in.data(), in.size_bytes(),
-                                 cudaMemcpyHostToDevice, context_.stream()));
+  CNN_CUDA_CHECK(cudaMemcpyAsync(params_.data(), in.data(), in.size_bytes(), cudaMemcpyHostToDevice,
+                                 context_.stream()));
   context_.synchronize();  // the caller may reuse its buffer as soon as this returns
 }
 

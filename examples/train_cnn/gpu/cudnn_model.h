@@ -135,8 +135,8 @@ class CudnnModel {
   DeviceArray<float> params_, grads_;
   std::vector<GpuParameterTensor> parameters_;
 
-  int batch_ = -1;     // of the last forward pass; -1 before the first
-  int capacity_ = 0;   // batch the activation buffers hold
+  int batch_ = -1;                    // of the last forward pass; -1 before the first
+  int capacity_ = 0;                  // batch the activation buffers hold
   const float* input_ptr_ = nullptr;  // the last forward pass's images (staged or the caller's)
   // Activations (ReLU in place on a1, a2, h) and gradient scratch, all [capacity, ...].
   DeviceArray<float> input_, a1_, p1_, a2_, p2_, h_, logits_;

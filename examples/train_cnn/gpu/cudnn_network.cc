@@ -54,13 +54,13 @@ class CudnnNetwork : public Network {
   std::vector<hvd::NamedTensor> state() override {
     std::vector<hvd::NamedTensor> out;
     for (const auto& p : net_.parameters()) {
-      out.push_back(
-          {p.name, hvd::TensorRef(host_params_.data() + p.offset, hvd::DataType::kFloat32, p.shape)});
+      out.push_back({p.name, hvd::TensorRef(host_params_.data() + p.offset, hvd::DataType::kFloat32,
+                                            p.shape)});
     }
     for (const auto& p : net_.parameters()) {
-      out.push_back({"optimizer.velocity." + p.name,
-                     hvd::TensorRef(host_velocity_.data() + p.offset, hvd::DataType::kFloat32,
-                                    p.shape)});
+      out.push_back(
+          {"optimizer.velocity." + p.name,
+           hvd::TensorRef(host_velocity_.data() + p.offset, hvd::DataType::kFloat32, p.shape)});
     }
     return out;
   }

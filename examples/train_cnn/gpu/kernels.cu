@@ -140,8 +140,8 @@ void cross_entropy_backward(const float* log_probs, const int32_t* labels, int b
                             float* dlogits, cudaStream_t stream) {
   const int64_t total = int64_t{batch} * classes;
   if (total == 0) return;
-  cross_entropy_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(log_probs, labels,
-                                                                           batch, classes, dlogits);
+  cross_entropy_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
+      log_probs, labels, batch, classes, dlogits);
   CNN_CUDA_CHECK(cudaGetLastError());
 }
 

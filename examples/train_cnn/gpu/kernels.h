@@ -21,10 +21,10 @@ void bias_grad(const float* dy, float* bias_grad, int batch, int channels, int s
 
 // What one softmax cross-entropy forward pass returns to the host.
 struct LossStats {
-  double loss_sum = 0.0;    // sum over the valid samples of -log softmax(z)[label]
-  long long correct = 0;    // samples whose first arg-max logit equals the label
-  int bad_sample = -1;      // first sample with a label outside [0, classes), -1 when none
-  int bad_label = 0;        // its label
+  double loss_sum = 0.0;  // sum over the valid samples of -log softmax(z)[label]
+  long long correct = 0;  // samples whose first arg-max logit equals the label
+  int bad_sample = -1;    // first sample with a label outside [0, classes), -1 when none
+  int bad_label = 0;      // its label
 };
 
 // From the logits z and log_probs = log softmax(z) (cuDNN, CUDNN_SOFTMAX_LOG) of a

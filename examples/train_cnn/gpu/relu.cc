@@ -41,8 +41,7 @@ void CudnnRelu::backward(const float* y, const float* dy, float* dx, int batch) 
   const float one = 1.0f, zero = 0.0f;
   // x = y: the forward pass may have run in place; y > 0 exactly where x > 0.
   CNN_CUDNN_CHECK(cudnnActivationBackward(context_.cudnn(), act_desc_.get(), &one, desc_.get(), y,
-                                          desc_.get(), dy, desc_.get(), y, &zero, desc_.get(),
-                                          dx));
+                                          desc_.get(), dy, desc_.get(), y, &zero, desc_.get(), dx));
 }
 
 }  // namespace train_cnn::gpu

@@ -26,33 +26,44 @@ struct UsageError : std::invalid_argument {
 
 inline void check(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess)
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(rc) + ": " + cudaGetErrorString(rc));
+    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(rc) + ": " +
+                             cudaGetErrorString(rc));
 }
 
 // "64M" -> 67108864 (K, M, G: powers of 1024), within [lo, hi].
-inline int64_t parse_size(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
+inline int64_t parse_size(const std::string& flag, const std::string& text, int64_t lo,
+                          int64_t hi) {
   std::string digits = text;
   int shift = 0;
   if (!digits.empty()) {
     switch (std::toupper(static_cast<unsigned char>(digits.back()))) {
-      case 'K': shift = 10; break;
-      case 'M': shift = 20; break;
-      case 'G': shift = 30; break;
-      default: break;
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
+      default:
+        break;
     }
     if (shift) digits.pop_back();
   }
   char* end = nullptr;
   errno = 0;
   const long long v = digits.empty() ? -1 : std::strtoll(digits.c_str(), &end, 10);
-  if (digits.empty() || *end != '\0' || errno != 0 || v < 0 || v > (hi >> shift) || (v << shift) < lo)
+  if (digits.empty() || *end != '\0' || errno != 0 || v < 0 || v > (hi >> shift) ||
+      (v << shift) < lo)
     throw UsageError(flag + " needs a size in [" + std::to_string(lo) + ", " + std::to_string(hi) +
                      "] (K/M/G suffixes allowed), got '" + text + "'");
   return static_cast<int64_t>(v) << shift;
 }
 
 // "1,10,100" -> {1, 10, 100}.
-inline std::vector<int64_t> parse_list(const std::string& flag, const std::string& text, int64_t lo, int64_t hi) {
+inline std::vector<int64_t> parse_list(const std::string& flag, const std::string& text, int64_t lo,
+                                       int64_t hi) {
   std::vector<int64_t> out;
   size_t start = 0;
   while (true) {
@@ -90,7 +101,10 @@ class Args {
     }
     return value_;
   }
-  [[noreturn]] void unknown() const { throw UsageError("unknown flag '" + flag_ + "' (see the comment at the top of " + program_ + "'s source)"); }
+  [[noreturn]] void unknown() const {
+    throw UsageError("unknown flag '" + flag_ + "' (see the comment at the top of " + program_ +
+                     "'s source)");
+  }
 
  private:
   int argc_;
@@ -121,8 +135,9 @@ inline void print_device_header(const char* title, int device = 0) {
   int rt = 0, drv = 0;
   cudaRuntimeGetVersion(&rt);
   cudaDriverGetVersion(&drv);
-  std::printf("# %s\n# device %d: %s, %d SMs, %.1f GiB, cc %d.%d; CUDA runtime %d, driver %d\n", title, device, p.name,
-              p.multiProcessorCount, static_cast<double>(p.totalGlobalMem) / (1u << 30), p.major, p.minor, rt, drv);
+  std::printf("# %s\n# device %d: %s, %d SMs, %.1f GiB, cc %d.%d; CUDA runtime %d, driver %d\n",
+              title, device, p.name, p.multiProcessorCount,
+              static_cast<double>(p.totalGlobalMem) / (1u << 30), p.major, p.minor, rt, drv);
   std::fflush(stdout);
 }
 

@@ -49,7 +49,8 @@ namespace {
 using gpubench::check;
 
 void check_nccl(ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess) throw std::runtime_error(std::string(what) + " failed: " + ncclGetErrorString(rc));
+  if (rc != ncclSuccess)
+    throw std::runtime_error(std::string(what) + " failed: " + ncclGetErrorString(rc));
 }
 
 struct Options {
@@ -117,7 +118,9 @@ std::vector<int64_t> sizes_of(const Options& o) {
 }
 
 double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 // K device inputs (rank-dependent exact values) and K outputs of `count` floats each.
@@ -125,7 +128,8 @@ class Tensors {
  public:
   Tensors(int k, int64_t count, int rank) : count_(count) {
     std::vector<float> host(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) host[static_cast<size_t>(i)] = static_cast<float>(rank + 1 + i % 13);
+    for (int64_t i = 0; i < count; ++i)
+      host[static_cast<size_t>(i)] = static_cast<float>(rank + 1 + i % 13);
     for (int j = 0; j < k; ++j) {
       void *in = nullptr, *out = nullptr;
       check(cudaMalloc(&in, bytes() + 1), "cudaMalloc");
@@ -185,8 +189,8 @@ double time_loop(const Options& o, Once&& once, Barrier&& barrier) {
 }
 
 // Phase 1.
-std::vector<Measure> run_baseline(const Options& o, const std::vector<int64_t>& sizes, int rank, int nranks,
-                                  cudaStream_t s) {
+std::vector<Measure> run_baseline(const Options& o, const std::vector<int64_t>& sizes, int rank,
+                                  int nranks, cudaStream_t s) {
   std::vector<Measure> out;
   ncclComm_t comm = nullptr;
   if (o.baseline == "nccl") {
@@ -200,29 +204,42 @@ std::vector<Measure> run_baseline(const Options& o, const std::vector<int64_t>& 
     Tensors t(o.tensors, bytes / 4, rank);
     Measure m;
     if (comm) {
-      m.us = time_loop(o, [&] {
-        for (int j = 0; j < t.k(); ++j)
-          check_nccl(ncclAllReduce(t.in(j), t.out(j), static_cast<size_t>(t.count()), ncclFloat, ncclSum, comm, s),
-                     "ncclAllReduce");
-        check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-      }, barrier);
+      m.us = time_loop(
+          o,
+          [&] {
+            for (int j = 0; j < t.k(); ++j)
+              check_nccl(ncclAllReduce(t.in(j), t.out(j), static_cast<size_t>(t.count()), ncclFloat,
+                                       ncclSum, comm, s),
+                         "ncclAllReduce");
+            check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+          },
+          barrier);
     } else {
       float* pinned = nullptr;
-      check(cudaMallocHost(reinterpret_cast<void**>(&pinned), t.bytes() * static_cast<size_t>(t.k()) + 1),
+      check(cudaMallocHost(reinterpret_cast<void**>(&pinned),
+                           t.bytes() * static_cast<size_t>(t.k()) + 1),
             "cudaMallocHost");
-      m.us = time_loop(o, [&] {
-        for (int j = 0; j < t.k(); ++j)
-          check(cudaMemcpyAsync(pinned + static_cast<size_t>(j) * static_cast<size_t>(t.count()), t.in(j), t.bytes(),
-                                cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
-        check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-        for (int j = 0; j < t.k(); ++j)
-          MPI_Allreduce(MPI_IN_PLACE, pinned + static_cast<size_t>(j) * static_cast<size_t>(t.count()),
-                        static_cast<int>(t.count()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        for (int j = 0; j < t.k(); ++j)
-          check(cudaMemcpyAsync(t.out(j), pinned + static_cast<size_t>(j) * static_cast<size_t>(t.count()), t.bytes(),
-                                cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
-        check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-      }, barrier);
+      m.us = time_loop(
+          o,
+          [&] {
+            for (int j = 0; j < t.k(); ++j)
+              check(
+                  cudaMemcpyAsync(pinned + static_cast<size_t>(j) * static_cast<size_t>(t.count()),
+                                  t.in(j), t.bytes(), cudaMemcpyDeviceToHost, s),
+                  "cudaMemcpyAsync");
+            check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+            for (int j = 0; j < t.k(); ++j)
+              MPI_Allreduce(MPI_IN_PLACE,
+                            pinned + static_cast<size_t>(j) * static_cast<size_t>(t.count()),
+                            static_cast<int>(t.count()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            for (int j = 0; j < t.k(); ++j)
+              check(cudaMemcpyAsync(
+                        t.out(j), pinned + static_cast<size_t>(j) * static_cast<size_t>(t.count()),
+                        t.bytes(), cudaMemcpyHostToDevice, s),
+                    "cudaMemcpyAsync");
+            check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+          },
+          barrier);
       cudaFreeHost(pinned);
     }
     m.wrong = t.count_wrong(nranks);
@@ -233,8 +250,8 @@ std::vector<Measure> run_baseline(const Options& o, const std::vector<int64_t>& 
 }
 
 // Phase 2, one --vary value: hvd for every size.
-std::vector<Measure> run_hvd(const Options& o, const std::vector<int64_t>& sizes, int rank, int nranks, int device,
-                             cudaStream_t s) {
+std::vector<Measure> run_hvd(const Options& o, const std::vector<int64_t>& sizes, int rank,
+                             int nranks, int device, cudaStream_t s) {
   std::vector<Measure> out;
   auto barrier = [] { hvd::barrier(); };
   for (int64_t bytes : sizes) {
@@ -242,20 +259,24 @@ std::vector<Measure> run_hvd(const Options& o, const std::vector<int64_t>& sizes
     std::vector<hvd::TensorRef> ins, outs;
     std::vector<std::string> names;
     for (int j = 0; j < t.k(); ++j) {
-      ins.emplace_back(t.in(j), hvd::DataType::kFloat32, std::vector<int64_t>{t.count()}, hvd::Device::cuda(device),
-                       static_cast<void*>(s));
-      outs.emplace_back(t.out(j), hvd::DataType::kFloat32, std::vector<int64_t>{t.count()}, hvd::Device::cuda(device),
-                        static_cast<void*>(s));
+      ins.emplace_back(t.in(j), hvd::DataType::kFloat32, std::vector<int64_t>{t.count()},
+                       hvd::Device::cuda(device), static_cast<void*>(s));
+      outs.emplace_back(t.out(j), hvd::DataType::kFloat32, std::vector<int64_t>{t.count()},
+                        hvd::Device::cuda(device), static_cast<void*>(s));
       names.push_back("gpu_allreduce_bench." + std::to_string(bytes) + "." + std::to_string(j));
     }
     std::vector<hvd::Handle> handles(static_cast<size_t>(t.k()));
     Measure m;
-    m.us = time_loop(o, [&] {
-      for (int j = 0; j < t.k(); ++j)
-        handles[static_cast<size_t>(j)] = hvd::allreduce_async(ins[static_cast<size_t>(j)], outs[static_cast<size_t>(j)],
-                                                                names[static_cast<size_t>(j)], hvd::ReduceOp::kSum);
-      for (auto& h : handles) h.wait();
-    }, barrier);
+    m.us = time_loop(
+        o,
+        [&] {
+          for (int j = 0; j < t.k(); ++j)
+            handles[static_cast<size_t>(j)] =
+                hvd::allreduce_async(ins[static_cast<size_t>(j)], outs[static_cast<size_t>(j)],
+                                     names[static_cast<size_t>(j)], hvd::ReduceOp::kSum);
+          for (auto& h : handles) h.wait();
+        },
+        barrier);
     m.wrong = t.count_wrong(nranks);
     out.push_back(m);
   }
@@ -269,8 +290,10 @@ void combine(std::vector<Measure>& v, int nranks) {
     us.push_back(m.us);
     wrong.push_back(m.wrong);
   }
-  MPI_Allreduce(MPI_IN_PLACE, us.data(), static_cast<int>(us.size()), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, wrong.data(), static_cast<int>(wrong.size()), MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, us.data(), static_cast<int>(us.size()), MPI_DOUBLE, MPI_SUM,
+                MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, wrong.data(), static_cast<int>(wrong.size()), MPI_LONG_LONG, MPI_SUM,
+                MPI_COMM_WORLD);
   for (size_t i = 0; i < v.size(); ++i) {
     v[i].us = us[i] / nranks;
     v[i].wrong = wrong[i];
@@ -294,7 +317,8 @@ int run(const Options& o, int rank, int nranks) {
   std::vector<std::string> variants = o.vary_values;
   if (variants.empty()) variants.push_back("");
   if (rank == 0) {
-    gpubench::print_device_header("gpu_allreduce_bench: hvd allreduce of CUDA tensors vs the raw call", device);
+    gpubench::print_device_header(
+        "gpu_allreduce_bench: hvd allreduce of CUDA tensors vs the raw call", device);
     int nccl_version = 0;
     ncclGetVersion(&nccl_version);
     char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -302,13 +326,17 @@ int run(const Options& o, int rank, int nranks) {
     MPI_Get_library_version(mpi_version, &len);
     std::string mv(mpi_version, static_cast<size_t>(len));
     mv = mv.substr(0, mv.find_first_of(",\n"));
-    std::printf("# hvd %s; NCCL %d; %s; nranks %d; baseline %s; float32 sum; tensors per iteration %d; iters %d, "
-                "warmup %d\n# environment:", hvd::version_string(), nccl_version, mv.c_str(), nranks,
-                o.baseline == "nccl" ? "raw ncclAllReduce + cudaStreamSynchronize"
-                                     : "raw D2H + MPI_Allreduce + H2D (pinned)",
-                o.tensors, o.iters, o.warmup);
-    for (const char* var : {"HVD_GPU_OPERATIONS", "HVD_CYCLE_TIME", "HVD_FUSION_THRESHOLD", "HVD_CACHE_CAPACITY",
-                            "NCCL_MULTI_RANK_GPU_ENABLE", "CUDA_VISIBLE_DEVICES"})
+    std::printf(
+        "# hvd %s; NCCL %d; %s; nranks %d; baseline %s; float32 sum; tensors per iteration %d; "
+        "iters %d, "
+        "warmup %d\n# environment:",
+        hvd::version_string(), nccl_version, mv.c_str(), nranks,
+        o.baseline == "nccl" ? "raw ncclAllReduce + cudaStreamSynchronize"
+                             : "raw D2H + MPI_Allreduce + H2D (pinned)",
+        o.tensors, o.iters, o.warmup);
+    for (const char* var :
+         {"HVD_GPU_OPERATIONS", "HVD_CYCLE_TIME", "HVD_FUSION_THRESHOLD", "HVD_CACHE_CAPACITY",
+          "NCCL_MULTI_RANK_GPU_ENABLE", "CUDA_VISIBLE_DEVICES"})
       if (const char* v = std::getenv(var)) std::printf(" %s=%s", var, v);
     std::printf("\n# measuring the baseline ...\n");
     std::fflush(stdout);
@@ -320,7 +348,8 @@ int run(const Options& o, int rank, int nranks) {
   for (const std::string& v : variants) {
     if (!o.vary_var.empty()) setenv(o.vary_var.c_str(), v.c_str(), 1);
     if (rank == 0) {
-      std::printf("# measuring hvd%s ...\n", o.vary_var.empty() ? "" : (" with " + o.vary_var + "=" + v).c_str());
+      std::printf("# measuring hvd%s ...\n",
+                  o.vary_var.empty() ? "" : (" with " + o.vary_var + "=" + v).c_str());
       std::fflush(stdout);
     }
     hvd::init();
@@ -328,8 +357,10 @@ int run(const Options& o, int rank, int nranks) {
     hvd::shutdown();
   }
   if (!o.vary_var.empty()) {
-    if (saved) setenv(o.vary_var.c_str(), saved_value.c_str(), 1);
-    else unsetenv(o.vary_var.c_str());
+    if (saved)
+      setenv(o.vary_var.c_str(), saved_value.c_str(), 1);
+    else
+      unsetenv(o.vary_var.c_str());
   }
   combine(base, nranks);
   for (auto& r : hvd_runs) combine(r, nranks);
@@ -339,31 +370,36 @@ int run(const Options& o, int rank, int nranks) {
   for (const auto& r : hvd_runs)
     for (const auto& m : r) wrong += m.wrong;
   if (rank == 0) {
-    gpubench::Csv csv(o.csv, "baseline,nranks,tensors,bytes,count,variant,base_us,hvd_us,ratio,wrong_base,wrong_hvd");
+    gpubench::Csv csv(
+        o.csv,
+        "baseline,nranks,tensors,bytes,count,variant,base_us,hvd_us,ratio,wrong_base,wrong_hvd");
     std::printf("#\n# %12s %12s %4s %12s %7s", "size(B)", "count", "K", "base(us)", "#wrong");
     for (const std::string& v : variants) {
       const std::string label = o.vary_var.empty() ? "hvd" : o.vary_var + "=" + v;
       std::printf(" | %-28s", label.c_str());
     }
     std::printf("\n# %12s %12s %4s %12s %7s", "", "", "", "", "");
-    for (size_t j = 0; j < variants.size(); ++j) std::printf(" | %10s %8s %7s", "hvd(us)", "hvd/base", "#wrong");
+    for (size_t j = 0; j < variants.size(); ++j)
+      std::printf(" | %10s %8s %7s", "hvd(us)", "hvd/base", "#wrong");
     std::printf("\n");
     for (size_t i = 0; i < sizes.size(); ++i) {
       std::printf("  %12lld %12lld %4d %12.2f %7lld", static_cast<long long>(sizes[i]),
-                  static_cast<long long>(sizes[i] / 4), o.tensors, base[i].us, static_cast<long long>(base[i].wrong));
+                  static_cast<long long>(sizes[i] / 4), o.tensors, base[i].us,
+                  static_cast<long long>(base[i].wrong));
       for (size_t j = 0; j < variants.size(); ++j) {
         const Measure& m = hvd_runs[j][i];
         const double ratio = base[i].us > 0 ? m.us / base[i].us : 0;
         std::printf(" | %10.2f %8.3f %7lld", m.us, ratio, static_cast<long long>(m.wrong));
-        csv.row({o.baseline, std::to_string(nranks), std::to_string(o.tensors), std::to_string(sizes[i]),
-                 std::to_string(sizes[i] / 4),
+        csv.row({o.baseline, std::to_string(nranks), std::to_string(o.tensors),
+                 std::to_string(sizes[i]), std::to_string(sizes[i] / 4),
                  o.vary_var.empty() ? std::string("default") : o.vary_var + "=" + variants[j],
-                 gpubench::fmt(base[i].us, "%.3f"), gpubench::fmt(m.us, "%.3f"), gpubench::fmt(ratio),
-                 std::to_string(base[i].wrong), std::to_string(m.wrong)});
+                 gpubench::fmt(base[i].us, "%.3f"), gpubench::fmt(m.us, "%.3f"),
+                 gpubench::fmt(ratio), std::to_string(base[i].wrong), std::to_string(m.wrong)});
       }
       std::printf("\n");
     }
-    std::printf("# wrong values: %lld: %s\n", static_cast<long long>(wrong), wrong ? "FAILED" : "OK");
+    std::printf("# wrong values: %lld: %s\n", static_cast<long long>(wrong),
+                wrong ? "FAILED" : "OK");
     std::fflush(stdout);
   }
   cudaStreamDestroy(s);

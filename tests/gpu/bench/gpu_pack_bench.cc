@@ -36,8 +36,8 @@
 
 namespace {
 
-using hvd::ops::cuda::CopyDescriptor;
 using gpubench::check;
+using hvd::ops::cuda::CopyDescriptor;
 
 struct Options {
   std::vector<int64_t> tensors{1, 10, 100, 1000};
@@ -52,19 +52,28 @@ Options parse(int argc, char** argv) {
   Options o;
   gpubench::Args a(argc, argv, "gpu_pack_bench");
   while (a.next()) {
-    if (a.is("--tensors")) o.tensors = gpubench::parse_list(a.flag(), a.value(), 1, 1 << 20);
-    else if (a.is("--total")) o.totals = gpubench::parse_list(a.flag(), a.value(), 4, int64_t{16} << 30);
-    else if (a.is("-n", "--iters")) o.iters = static_cast<int>(gpubench::parse_size(a.flag(), a.value(), 1, 1 << 20));
-    else if (a.is("-w", "--warmup")) o.warmup = static_cast<int>(gpubench::parse_size(a.flag(), a.value(), 0, 1 << 20));
-    else if (a.is("--skew")) o.skew = gpubench::parse_size(a.flag(), a.value(), 0, 255);
-    else if (a.is("--csv")) o.csv = a.value();
-    else a.unknown();
+    if (a.is("--tensors"))
+      o.tensors = gpubench::parse_list(a.flag(), a.value(), 1, 1 << 20);
+    else if (a.is("--total"))
+      o.totals = gpubench::parse_list(a.flag(), a.value(), 4, int64_t{16} << 30);
+    else if (a.is("-n", "--iters"))
+      o.iters = static_cast<int>(gpubench::parse_size(a.flag(), a.value(), 1, 1 << 20));
+    else if (a.is("-w", "--warmup"))
+      o.warmup = static_cast<int>(gpubench::parse_size(a.flag(), a.value(), 0, 1 << 20));
+    else if (a.is("--skew"))
+      o.skew = gpubench::parse_size(a.flag(), a.value(), 0, 255);
+    else if (a.is("--csv"))
+      o.csv = a.value();
+    else
+      a.unknown();
   }
   return o;
 }
 
 struct DeviceArena {
-  explicit DeviceArena(size_t bytes) { check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc"); }
+  explicit DeviceArena(size_t bytes) {
+    check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc");
+  }
   ~DeviceArena() { cudaFree(p); }
   DeviceArena(const DeviceArena&) = delete;
   DeviceArena& operator=(const DeviceArena&) = delete;
@@ -91,7 +100,8 @@ struct Row {
   int64_t wrong = 0;
 };
 
-Row run_case(const Options& o, int64_t k, int64_t total, cudaStream_t s, cudaEvent_t ea, cudaEvent_t eb) {
+Row run_case(const Options& o, int64_t k, int64_t total, cudaStream_t s, cudaEvent_t ea,
+             cudaEvent_t eb) {
   Row r;
   r.k = k;
   r.total = total;
@@ -112,7 +122,8 @@ Row run_case(const Options& o, int64_t k, int64_t total, cudaStream_t s, cudaEve
   {
     std::vector<uint32_t> host(static_cast<size_t>(arena / 4 + 1));
     for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint32_t>(i * 2654435761u);
-    check(cudaMemcpy(src.get(), host.data(), static_cast<size_t>(arena), cudaMemcpyHostToDevice), "cudaMemcpy");
+    check(cudaMemcpy(src.get(), host.data(), static_cast<size_t>(arena), cudaMemcpyHostToDevice),
+          "cudaMemcpy");
   }
   check(cudaMemset(dst.get(), 0, static_cast<size_t>(arena)), "cudaMemset");
   std::vector<CopyDescriptor> pack, unpack;
@@ -131,22 +142,28 @@ Row run_case(const Options& o, int64_t k, int64_t total, cudaStream_t s, cudaEve
   // The tensors' bytes exactly (not the fusion buffer's alignment gaps), contiguous to contiguous.
   const size_t tensor_bytes = static_cast<size_t>(r.per_tensor) * static_cast<size_t>(k);
   r.memcpy1 = time_ms(o, s, ea, eb, [&] {
-    check(cudaMemcpyAsync(flat.get(), fused.get(), tensor_bytes, cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+    check(cudaMemcpyAsync(flat.get(), fused.get(), tensor_bytes, cudaMemcpyDeviceToDevice, s),
+          "cudaMemcpyAsync");
   });
   r.memcpyk = time_ms(o, s, ea, eb, [&] {
     for (const auto& d : pack)
-      check(cudaMemcpyAsync(d.dst, d.src, static_cast<size_t>(d.bytes), cudaMemcpyDeviceToDevice, s),
-            "cudaMemcpyAsync");
+      check(
+          cudaMemcpyAsync(d.dst, d.src, static_cast<size_t>(d.bytes), cudaMemcpyDeviceToDevice, s),
+          "cudaMemcpyAsync");
   });
-  r.pack = time_ms(o, s, ea, eb, [&] { hvd::ops::cuda::batched_copy(dpack, count, r.per_tensor, s); });
+  r.pack =
+      time_ms(o, s, ea, eb, [&] { hvd::ops::cuda::batched_copy(dpack, count, r.per_tensor, s); });
   // As ops/nccl/allreduce.cc does it: a pageable upload of the descriptors, then the launch. The
   // upload goes to a scratch copy so that the resident descriptors stay valid.
   DeviceArena scratch(dbytes);
   r.pack_desc = time_ms(o, s, ea, eb, [&] {
-    check(cudaMemcpyAsync(scratch.get(), pack.data(), dbytes, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
-    hvd::ops::cuda::batched_copy(reinterpret_cast<CopyDescriptor*>(scratch.get()), count, r.per_tensor, s);
+    check(cudaMemcpyAsync(scratch.get(), pack.data(), dbytes, cudaMemcpyHostToDevice, s),
+          "cudaMemcpyAsync");
+    hvd::ops::cuda::batched_copy(reinterpret_cast<CopyDescriptor*>(scratch.get()), count,
+                                 r.per_tensor, s);
   });
-  r.unpack = time_ms(o, s, ea, eb, [&] { hvd::ops::cuda::batched_copy(dunpack, count, r.per_tensor, s); });
+  r.unpack =
+      time_ms(o, s, ea, eb, [&] { hvd::ops::cuda::batched_copy(dunpack, count, r.per_tensor, s); });
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 
   // Check: every tensor went source -> fusion buffer -> destination unchanged.
@@ -154,7 +171,8 @@ Row run_case(const Options& o, int64_t k, int64_t total, cudaStream_t s, cudaEve
   check(cudaMemcpy(hs.data(), src.get(), hs.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
   check(cudaMemcpy(hd.data(), dst.get(), hd.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
   for (size_t i = 0; i < sizes.size(); ++i)
-    if (std::memcmp(hs.data() + off[i], hd.data() + off[i], static_cast<size_t>(sizes[i])) != 0) ++r.wrong;
+    if (std::memcmp(hs.data() + off[i], hd.data() + off[i], static_cast<size_t>(sizes[i])) != 0)
+      ++r.wrong;
   return r;
 }
 
@@ -163,20 +181,24 @@ Row run_case(const Options& o, int64_t k, int64_t total, cudaStream_t s, cudaEve
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);  // bad flags exit 2 even without a device
   if (int rc = gpubench::skip_without_device("gpu_pack_bench")) return rc;
-  gpubench::print_device_header("gpu_pack_bench: batched pack/unpack kernel vs cudaMemcpyAsync D2D");
-  std::printf("# iters %d  warmup %d  skew %lld; bandwidth = packed bytes / time (count once); "
-              "ratio = memcpy x1 time / kernel time (target >= 0.80)\n",
-              o.iters, o.warmup, static_cast<long long>(o.skew));
-  std::printf("# %6s %12s %12s | %10s %10s %10s %10s %10s | %8s %8s %8s %9s | %6s\n", "K", "total(B)",
-              "tensor(B)", "memcpy1us", "memcpyKus", "pack_us", "pack+d_us", "unpack_us", "memcpyGB/s",
-              "packGB/s", "pack/mc", "unpack/mc", "#wrong");
+  gpubench::print_device_header(
+      "gpu_pack_bench: batched pack/unpack kernel vs cudaMemcpyAsync D2D");
+  std::printf(
+      "# iters %d  warmup %d  skew %lld; bandwidth = packed bytes / time (count once); "
+      "ratio = memcpy x1 time / kernel time (target >= 0.80)\n",
+      o.iters, o.warmup, static_cast<long long>(o.skew));
+  std::printf("# %6s %12s %12s | %10s %10s %10s %10s %10s | %8s %8s %8s %9s | %6s\n", "K",
+              "total(B)", "tensor(B)", "memcpy1us", "memcpyKus", "pack_us", "pack+d_us",
+              "unpack_us", "memcpyGB/s", "packGB/s", "pack/mc", "unpack/mc", "#wrong");
   cudaStream_t s;
   cudaEvent_t ea, eb;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   check(cudaEventCreate(&ea), "cudaEventCreate");
   check(cudaEventCreate(&eb), "cudaEventCreate");
-  gpubench::Csv csv(o.csv, "k,total_bytes,tensor_bytes,memcpy1_us,memcpyk_us,pack_us,pack_desc_us,unpack_us,"
-                           "pack_ratio,pack_desc_ratio,unpack_ratio,wrong");
+  gpubench::Csv csv(
+      o.csv,
+      "k,total_bytes,tensor_bytes,memcpy1_us,memcpyk_us,pack_us,pack_desc_us,unpack_us,"
+      "pack_ratio,pack_desc_ratio,unpack_ratio,wrong");
   int64_t wrong = 0;
   for (int64_t total : o.totals) {
     for (int64_t k : o.tensors) {
@@ -184,19 +206,25 @@ int main(int argc, char** argv) try {
       const double bytes = static_cast<double>(r.per_tensor) * static_cast<double>(r.k);
       auto gbs = [&](double ms) { return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0.0; };
       auto ratio = [&](double ms) { return ms > 0 ? r.memcpy1 / ms : 0.0; };
-      std::printf("  %6lld %12lld %12lld | %10.2f %10.2f %10.2f %10.2f %10.2f | %8.1f %8.1f %8.3f %9.3f | %6lld\n",
-                  static_cast<long long>(r.k), static_cast<long long>(r.total), static_cast<long long>(r.per_tensor),
-                  r.memcpy1 * 1e3, r.memcpyk * 1e3, r.pack * 1e3, r.pack_desc * 1e3, r.unpack * 1e3,
-                  gbs(r.memcpy1), gbs(r.pack), ratio(r.pack), ratio(r.unpack), static_cast<long long>(r.wrong));
+      std::printf(
+          "  %6lld %12lld %12lld | %10.2f %10.2f %10.2f %10.2f %10.2f | %8.1f %8.1f %8.3f %9.3f | "
+          "%6lld\n",
+          static_cast<long long>(r.k), static_cast<long long>(r.total),
+          static_cast<long long>(r.per_tensor), r.memcpy1 * 1e3, r.memcpyk * 1e3, r.pack * 1e3,
+          r.pack_desc * 1e3, r.unpack * 1e3, gbs(r.memcpy1), gbs(r.pack), ratio(r.pack),
+          ratio(r.unpack), static_cast<long long>(r.wrong));
       std::fflush(stdout);
       csv.row({std::to_string(r.k), std::to_string(r.total), std::to_string(r.per_tensor),
-               gpubench::fmt(r.memcpy1 * 1e3), gpubench::fmt(r.memcpyk * 1e3), gpubench::fmt(r.pack * 1e3),
-               gpubench::fmt(r.pack_desc * 1e3), gpubench::fmt(r.unpack * 1e3), gpubench::fmt(ratio(r.pack)),
-               gpubench::fmt(ratio(r.pack_desc)), gpubench::fmt(ratio(r.unpack)), std::to_string(r.wrong)});
+               gpubench::fmt(r.memcpy1 * 1e3), gpubench::fmt(r.memcpyk * 1e3),
+               gpubench::fmt(r.pack * 1e3), gpubench::fmt(r.pack_desc * 1e3),
+               gpubench::fmt(r.unpack * 1e3), gpubench::fmt(ratio(r.pack)),
+               gpubench::fmt(ratio(r.pack_desc)), gpubench::fmt(ratio(r.unpack)),
+               std::to_string(r.wrong)});
       wrong += r.wrong;
     }
   }
-  std::printf("# wrong tensors after pack + unpack: %lld: %s\n", static_cast<long long>(wrong), wrong ? "FAILED" : "OK");
+  std::printf("# wrong tensors after pack + unpack: %lld: %s\n", static_cast<long long>(wrong),
+              wrong ? "FAILED" : "OK");
   cudaEventDestroy(ea);
   cudaEventDestroy(eb);
   cudaStreamDestroy(s);

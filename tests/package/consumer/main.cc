@@ -14,7 +14,9 @@ int main() {
   std::vector<int> all = hvd::allgather(std::vector<int>{bad}, "consumer.bad");
   int total = 0;
   for (int b : all) total += b;
-  if (hvd::rank() == 0) std::printf("consumer: %d ranks %s (hvd %s)\n", hvd::size(), total == 0 ? "OK" : "WRONG", hvd::version_string());
+  if (hvd::rank() == 0)
+    std::printf("consumer: %d ranks %s (hvd %s)\n", hvd::size(), total == 0 ? "OK" : "WRONG",
+                hvd::version_string());
   int size = hvd::size();
   hvd::shutdown();
   return total == 0 && size > 0 ? 0 : 1;

@@ -13,7 +13,9 @@ int main() {
   hvd::torch::broadcast_parameters(model->named_parameters(), /*root=*/0);
   hvd::torch::broadcast_optimizer_state(optimizer, 0);
   hvd::torch::DistributedOptimizer opt(optimizer, model->named_parameters());
-  opt.zero_grad(); loss.backward(); opt.step();
+  opt.zero_grad();
+  loss.backward();
+  opt.step();
 
   // Every rank must now hold the same weights.
   int bad = 0;
@@ -21,9 +23,12 @@ int main() {
     torch::Tensor hi = hvd::torch::allreduce(p.detach(), "consumer.max", hvd::ReduceOp::kMax);
     bad += !torch::equal(hi, p.detach());
   }
-  torch::Tensor total = hvd::torch::allreduce(torch::full({1}, bad, torch::kInt), "consumer.bad", hvd::ReduceOp::kSum);
+  torch::Tensor total = hvd::torch::allreduce(torch::full({1}, bad, torch::kInt), "consumer.bad",
+                                              hvd::ReduceOp::kSum);
   const bool ok = total.item<int>() == 0;
-  if (hvd::rank() == 0) std::printf("consumer_torch: %d ranks %s (hvd %s)\n", hvd::size(), ok ? "OK" : "WRONG", hvd::version_string());
+  if (hvd::rank() == 0)
+    std::printf("consumer_torch: %d ranks %s (hvd %s)\n", hvd::size(), ok ? "OK" : "WRONG",
+                hvd::version_string());
   hvd::shutdown();
   return ok ? 0 : 1;
 }
