@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "cluster/hostfile.h"
-#include "runtime/config.h"
+#include "common/config.h"
 
 namespace hvd::cluster {
 

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "hvd/tensor.h"
-#include "runtime/config.h"
+#include "common/config.h"
 
 namespace hvd::cluster {
 

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "cluster/hostfile.h"
-#include "runtime/config.h"
+#include "common/config.h"
 
 namespace hvd::launcher {
 

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "hvd/error.h"
-#include "runtime/config.h"
+#include "common/config.h"
 
 namespace hvd::launcher {
 namespace po = boost::program_options;

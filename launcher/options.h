@@ -7,7 +7,7 @@
 // Everything from the first word that is not an option (or after "--") belongs to the program
 // and is never interpreted by hvdrun, so `hvdrun -np 2 ./train --epochs 3` works. Options accept
 // one or two dashes for long names (`-np 4`, `--np 4`, `--num-proc=4`). The tuning flags are
-// generated from the configuration registry (runtime/config.h): every ConfigVar with a
+// generated from the configuration registry (common/config.h): every ConfigVar with a
 // launcher_flag becomes a flag with its launcher_doc as help; boolean variables are flags without
 // a value.
 //

@@ -7,7 +7,7 @@
 #include "ops/cuda/finalizer.h"
 #include "ops/hierarchical/hierarchical_ops.h"
 #include "ops/mpi/mpi_ops.h"
-#include "ops/mpi/staged.h"
+#include "ops/cuda/staged.h"
 #include "ops/nccl/nccl_ops.h"
 #endif
 
@@ -16,7 +16,7 @@ namespace hvd::ops {
 #if HVD_HAVE_CUDA
 
 struct GpuBackend::Impl {
-  const mpi::MpiContext& mpi;
+  const comm::MpiContext& mpi;
   FusionBuffer& host_fusion;
   GpuBackendOptions options;
   // Destroyed in reverse: the finalizer (drains) and NCCL before the CUDA context.
@@ -25,7 +25,7 @@ struct GpuBackend::Impl {
   std::unique_ptr<cuda::Finalizer> finalizer;
 };
 
-GpuBackend::GpuBackend(const mpi::MpiContext& mpi, FusionBuffer& host_fusion,
+GpuBackend::GpuBackend(const comm::MpiContext& mpi, FusionBuffer& host_fusion,
                        const GpuBackendOptions& options)
     : impl_(new Impl{mpi, host_fusion, options, nullptr, nullptr, nullptr}) {
   if (options.device < 0) return;
@@ -54,7 +54,7 @@ void GpuBackend::register_ops(OperationManager& m) {
     m.add(std::make_unique<nccl::NcclReducescatter>(*i.nccl, fin));
   }
   auto staged = [&](std::unique_ptr<CollectiveOp> op) {
-    m.add(std::make_unique<mpi::StagedOp>(std::move(op), *i.cuda, fin));
+    m.add(std::make_unique<cuda::StagedOp>(std::move(op), *i.cuda, fin));
   };
   staged(std::make_unique<mpi::MpiAllreduce>(i.mpi, i.host_fusion));
   staged(std::make_unique<mpi::MpiAllgather>(i.mpi));
@@ -86,7 +86,7 @@ void GpuBackend::shutdown() {
 
 struct GpuBackend::Impl {};
 
-GpuBackend::GpuBackend(const mpi::MpiContext&, FusionBuffer&, const GpuBackendOptions&) {}
+GpuBackend::GpuBackend(const comm::MpiContext&, FusionBuffer&, const GpuBackendOptions&) {}
 int GpuBackend::visible_devices() { return 0; }
 bool GpuBackend::active() const { return false; }
 void GpuBackend::register_ops(OperationManager&) {}

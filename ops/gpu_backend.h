@@ -23,7 +23,7 @@
 
 #include "ops/collective_op.h"
 #include "ops/fusion_buffer.h"
-#include "ops/mpi/mpi_context.h"
+#include "comm/mpi_context.h"
 #include "ops/operation_manager.h"
 
 namespace hvd::ops {
@@ -37,7 +37,7 @@ struct GpuBackendOptions {
 
 class GpuBackend {
  public:
-  GpuBackend(const mpi::MpiContext& mpi, FusionBuffer& host_fusion,
+  GpuBackend(const comm::MpiContext& mpi, FusionBuffer& host_fusion,
              const GpuBackendOptions& options);
   ~GpuBackend();
   GpuBackend(const GpuBackend&) = delete;

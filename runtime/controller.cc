@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "hvd/error.h"
-#include "ops/mpi/mpi_context.h"
-#include "runtime/logging.h"
+#include "comm/mpi_context.h"
+#include "common/logging.h"
 
 namespace hvd {
 namespace {

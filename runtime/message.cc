@@ -97,25 +97,6 @@ const char* request_type_name(RequestType t) {
   return "unknown";
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  if (ranks.empty()) return "no rank";
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  size_t runs = 0;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (runs == 16) {
-      out += " and " + std::to_string(ranks.size() - i) + " more";
-      break;
-    }
-    out += (runs ? ", " : "") + std::to_string(ranks[i]);
-    if (j > i) out += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
-    ++runs;
-    i = j + 1;
-  }
-  return out;
-}
-
 const char* response_type_name(ResponseType t) {
   if (t == ResponseType::kError) return "error";
   return request_type_name(static_cast<RequestType>(t));

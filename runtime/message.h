@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ranks.h"
 #include "hvd/tensor.h"
 
 namespace hvd {
@@ -77,10 +78,6 @@ struct Response {
   std::string group;              // members of one group are fused together
   std::string error;              // kError: the message every rank throws
 };
-
-// "rank 3", "ranks 0-2, 5": runs of consecutive ranks collapsed, at most 16 runs listed (for
-// messages that name ranks).
-std::string rank_list(const std::vector<int>& ranks);
 
 std::string serialize_requests(const std::vector<Request>& requests);
 std::vector<Request> parse_requests(const char* data, size_t size);

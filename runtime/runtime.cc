@@ -8,10 +8,10 @@
 
 #include "cluster/env_resolver.h"
 #include "hvd/error.h"
-#include "ops/dtype_math.h"
+#include "common/dtype_math.h"
 #include "ops/hierarchical/hierarchical_ops.h"
 #include "ops/mpi/mpi_ops.h"
-#include "runtime/logging.h"
+#include "common/logging.h"
 
 namespace hvd {
 namespace {
@@ -27,7 +27,7 @@ double probe_window_seconds(double peer_timeout_seconds) {
 
 // An MPI context abandoned after a communication failure, kept reachable so that a leak checker
 // does not report it (volatile: the store must not be optimised away as dead).
-ops::mpi::MpiContext* volatile g_abandoned_mpi = nullptr;
+comm::MpiContext* volatile g_abandoned_mpi = nullptr;
 
 const char* thread_level_name(int level) {
   switch (level) {
@@ -119,7 +119,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
         std::string("hvd::init() failed: MPI was initialised with ") + thread_level_name(provided) +
         ", but hvd's background thread makes MPI calls. Initialise MPI with "
         "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let hvd::init() do it.");
-  mpi_ = std::make_unique<ops::mpi::MpiContext>(fake_local_size_from_env());
+  mpi_ = std::make_unique<comm::MpiContext>(fake_local_size_from_env());
   set_log_rank(mpi_->topology().rank);
   if (provided < MPI_THREAD_MULTIPLE)
     HVD_LOG(Warning) << "MPI provides " << thread_level_name(provided)
@@ -165,8 +165,16 @@ Runtime::Runtime(const Config& config) : config_(config) {
       op_manager_.add(
           std::make_unique<ops::hierarchical::MpiHierarchicalAllreduce>(*mpi_, fusion_buffer_));
   }
-  mpi_->set_compression(
-      ops::mpi::parse_compression(config_.compression));  // HVD_COMPRESSION (CPU, staged)
+  mpi_->set_compression(parse_compression(config_.compression));  // HVD_COMPRESSION (CPU, staged)
+#if HVD_HAVE_NCCL
+  // The NCCL path compresses fp16 only, so its CUDA tensors stay uncompressed under bf16.
+  if (mpi_->compression() == Compression::kBf16 && mpi_->topology().rank == 0 &&
+      ops::GpuBackend::visible_devices() > 0)
+    HVD_LOG(Warning)
+        << "HVD_COMPRESSION=bf16: CUDA tensors reduced by NCCL are not compressed (the NCCL path "
+           "implements fp16 only); CPU tensors and host-staged CUDA tensors "
+           "(HVD_GPU_OPERATIONS=MPI) travel as bf16.";
+#endif
   op_manager_.add(std::make_unique<ops::mpi::MpiAllreduce>(*mpi_, fusion_buffer_));
   op_manager_.add(std::make_unique<ops::mpi::MpiAllgather>(*mpi_));
   op_manager_.add(std::make_unique<ops::mpi::MpiBroadcast>(*mpi_));
@@ -538,7 +546,7 @@ void Runtime::perform(const Response& r) {
       for (int64_t d : shape) n *= d;
       scratch.emplace_back(static_cast<size_t>(n) * dtype_size(r.dtype));
       void* p = scratch.back().data();
-      ops::fill_identity(r.dtype, r.reduce_op, p, static_cast<size_t>(n));
+      hvd::fill_identity(r.dtype, r.reduce_op, p, static_cast<size_t>(n));
       oe.input = TensorRef(p, r.dtype, shape);
       oe.output = oe.input;
       oe.result = &scratch_result;

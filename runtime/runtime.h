@@ -21,9 +21,9 @@
 #include "hvd/collectives.h"
 #include "ops/gpu_backend.h"
 #include "ops/fusion_buffer.h"
-#include "ops/mpi/mpi_context.h"
+#include "comm/mpi_context.h"
 #include "ops/operation_manager.h"
-#include "runtime/config.h"
+#include "common/config.h"
 #include "runtime/controller.h"
 #include "runtime/stall_inspector.h"
 #include "runtime/timeline.h"
@@ -38,7 +38,7 @@ class Runtime {
   explicit Runtime(const Config& config);
   ~Runtime();
 
-  const ops::mpi::MpiTopology& topology() const { return mpi_->topology(); }
+  const comm::MpiTopology& topology() const { return mpi_->topology(); }
   const Config& config() const { return config_; }
   const cluster::GpuAssignment& gpu_assignment() const { return gpu_; }
 
@@ -61,7 +61,7 @@ class Runtime {
 
   Config config_;
   bool owns_mpi_ = false;
-  std::unique_ptr<ops::mpi::MpiContext> mpi_;
+  std::unique_ptr<comm::MpiContext> mpi_;
   ops::FusionBuffer fusion_buffer_;
   cluster::GpuAssignment gpu_;
   std::unique_ptr<ops::GpuBackend> gpu_backend_;  // before op_manager_: its ops point into it

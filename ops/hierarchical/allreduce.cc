@@ -11,18 +11,19 @@
 #include <memory>
 #include <thread>
 
-#include "ops/dtype_math.h"
+#include "common/dtype_math.h"
 #include "ops/hierarchical/hierarchical_ops.h"
 #include "ops/mpi/mpi_ops.h"
-#include "runtime/logging.h"
+#include "common/logging.h"
 
 namespace hvd::ops::hierarchical {
 
-HierarchicalPlan plan(const mpi::MpiTopology& t) {
+HierarchicalPlan plan(const comm::MpiTopology& t) {
   return plan_hierarchical(true, t.size, t.local_size, t.cross_size, t.homogeneous);
 }
 
-MpiHierarchicalAllreduce::MpiHierarchicalAllreduce(const mpi::MpiContext& ctx, FusionBuffer& buffer)
+MpiHierarchicalAllreduce::MpiHierarchicalAllreduce(const comm::MpiContext& ctx,
+                                                   FusionBuffer& buffer)
     : ctx_(ctx), buffer_(buffer), plan_(plan(ctx.topology())) {
   if (ctx_.topology().rank == 0) {
     if (plan_.use)
@@ -220,7 +221,7 @@ void MpiHierarchicalAllreduce::reduce(char* buf, int64_t count, DataType dtype, 
 
 void MpiHierarchicalAllreduce::execute(OpBatch& batch) {
   const double post = post_factor(batch);
-  if (const DataType wire = mpi::wire_dtype(ctx_.compression(), batch.dtype); wire != batch.dtype) {
+  if (const DataType wire = wire_dtype(ctx_.compression(), batch.dtype); wire != batch.dtype) {
     // HVD_COMPRESSION: the batch is cast into the fusion buffer as fp16/bf16 (prescale folded in),
     // the rings run on the 16-bit values (each ring step reduces in float and rounds to 16 bits,
     // as on the NCCL path), and the result is cast back with the postscale (and 1/contributors)

@@ -22,7 +22,7 @@
 #include "ops/collective_op.h"
 #include "ops/fusion_buffer.h"
 #include "ops/hierarchical/shards.h"
-#include "ops/mpi/mpi_context.h"
+#include "comm/mpi_context.h"
 
 #if HVD_HAVE_NCCL
 #include "ops/nccl/nccl_ops.h"
@@ -31,12 +31,12 @@
 namespace hvd::ops::hierarchical {
 
 // The plan for this process's topology (logs nothing).
-HierarchicalPlan plan(const mpi::MpiTopology& topology);
+HierarchicalPlan plan(const comm::MpiTopology& topology);
 
 class MpiHierarchicalAllreduce : public CollectiveOp {
  public:
   // Logs the plan's reason on rank 0 (info when on, warning when the request is ignored).
-  MpiHierarchicalAllreduce(const mpi::MpiContext& ctx, FusionBuffer& buffer);
+  MpiHierarchicalAllreduce(const comm::MpiContext& ctx, FusionBuffer& buffer);
   const char* name() const override { return "mpi_hierarchical_allreduce"; }
   CollectiveType type() const override { return CollectiveType::kAllreduce; }
   bool enabled(const OpBatch& batch) const override {
@@ -49,7 +49,7 @@ class MpiHierarchicalAllreduce : public CollectiveOp {
   // The three steps, in place on `count` contiguous elements of buf (pipelined by chunks).
   void reduce(char* buf, int64_t count, DataType dtype, ReduceOp op);
 
-  const mpi::MpiContext& ctx_;
+  const comm::MpiContext& ctx_;
   FusionBuffer& buffer_;
   // Per reducing phase (they run at the same time): two received segments waiting to be
   // reduced. The all-gather receives in place.

@@ -7,7 +7,7 @@
 // communicator sums it over the nodes, ncclAllGather (in place) fills the rest.
 #include "ops/cuda/kernels.h"
 #include "ops/hierarchical/hierarchical_ops.h"
-#include "runtime/logging.h"
+#include "common/logging.h"
 
 namespace hvd::ops::hierarchical {
 

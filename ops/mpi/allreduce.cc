@@ -27,16 +27,16 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ops/dtype_math.h"
+#include "common/dtype_math.h"
 #include "ops/mpi/mpi_ops.h"
 
 namespace hvd::ops::mpi {
 
-void allreduce_chunked(const MpiContext& ctx, const void* sendbuf, void* recvbuf, int64_t count,
-                       DataType dtype, ReduceOp op, MPI_Comm comm) {
+void allreduce_chunked(const comm::MpiContext& ctx, const void* sendbuf, void* recvbuf,
+                       int64_t count, DataType dtype, ReduceOp op, MPI_Comm comm) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   for (int64_t done = 0; done < count;) {
-    int n = static_cast<int>(std::min(count - done, kMaxMpiCount));
+    int n = static_cast<int>(std::min(count - done, comm::kMaxMpiCount));
     const void* s =
         sendbuf == MPI_IN_PLACE ? MPI_IN_PLACE : static_cast<const char*>(sendbuf) + done * esize;
     void* r = static_cast<char*>(recvbuf) + done * esize;

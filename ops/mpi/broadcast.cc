@@ -8,7 +8,7 @@ void MpiBroadcast::execute(OpBatch& batch) {
     char* p = static_cast<char*>(e.output.data());
     int64_t bytes = static_cast<int64_t>(e.output.size_bytes());
     for (int64_t done = 0; done < bytes;) {
-      int n = static_cast<int>(std::min(bytes - done, kMaxMpiCount));
+      int n = static_cast<int>(std::min(bytes - done, comm::kMaxMpiCount));
       MPI_CHECK(MPI_Bcast(p + done, n, MPI_BYTE, batch.root, ctx_.world()));
       done += n;
     }

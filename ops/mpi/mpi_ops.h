@@ -6,24 +6,24 @@
 
 #include "ops/collective_op.h"
 #include "ops/fusion_buffer.h"
-#include "ops/mpi/mpi_context.h"
+#include "comm/mpi_context.h"
 
 namespace hvd::ops::mpi {
 
 class MpiOp : public CollectiveOp {
  public:
-  explicit MpiOp(const MpiContext& ctx) : ctx_(ctx) {}
+  explicit MpiOp(const comm::MpiContext& ctx) : ctx_(ctx) {}
   bool enabled(const OpBatch& batch) const override { return batch.device.kind == Device::kCPU; }
 
  protected:
-  const MpiContext& ctx_;
+  const comm::MpiContext& ctx_;
 };
 
 // Allreduce; float32/float64 batches are compressed to fp16/bf16 under HVD_COMPRESSION
 // (ctx.compression(); allreduce.cc describes the algorithm).
 class MpiAllreduce : public MpiOp {
  public:
-  MpiAllreduce(const MpiContext& ctx, FusionBuffer& buffer) : MpiOp(ctx), buffer_(buffer) {}
+  MpiAllreduce(const comm::MpiContext& ctx, FusionBuffer& buffer) : MpiOp(ctx), buffer_(buffer) {}
   const char* name() const override { return "mpi_allreduce"; }
   CollectiveType type() const override { return CollectiveType::kAllreduce; }
   void execute(OpBatch& batch) override;
@@ -61,7 +61,8 @@ class MpiAlltoall : public MpiOp {
 
 class MpiReducescatter : public MpiOp {
  public:
-  MpiReducescatter(const MpiContext& ctx, FusionBuffer& buffer) : MpiOp(ctx), buffer_(buffer) {}
+  MpiReducescatter(const comm::MpiContext& ctx, FusionBuffer& buffer)
+      : MpiOp(ctx), buffer_(buffer) {}
   const char* name() const override { return "mpi_reducescatter"; }
   CollectiveType type() const override { return CollectiveType::kReducescatter; }
   void execute(OpBatch& batch) override;
@@ -83,8 +84,8 @@ void pack_compressed(const OpBatch& batch, DataType wire, const CompressedLayout
 void unpack_compressed(OpBatch& batch, DataType wire, const CompressedLayout& layout,
                        const uint16_t* buf, double factor);
 
-// MPI_Allreduce of `count` elements in chunks of at most kMaxMpiCount; sendbuf may be MPI_IN_PLACE.
-void allreduce_chunked(const MpiContext& ctx, const void* sendbuf, void* recvbuf, int64_t count,
-                       DataType dtype, ReduceOp op, MPI_Comm comm);
+// MPI_Allreduce of `count` elements in chunks of at most comm::kMaxMpiCount; sendbuf may be MPI_IN_PLACE.
+void allreduce_chunked(const comm::MpiContext& ctx, const void* sendbuf, void* recvbuf,
+                       int64_t count, DataType dtype, ReduceOp op, MPI_Comm comm);
 
 }  // namespace hvd::ops::mpi

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "hvd/error.h"
-#include "ops/dtype_math.h"
+#include "common/dtype_math.h"
 #include "ops/mpi/mpi_ops.h"
 
 namespace hvd::ops::mpi {

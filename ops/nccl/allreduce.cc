@@ -10,7 +10,7 @@
 //
 // Why kAverage is ncclSum plus the scale kernel rather than ncclAvg: ncclAvg pre-multiplies each
 // contribution by 1/n, which rounds differently from summing and dividing once; the scale kernel
-// gives the same bits as the CPU path (ops/dtype_math.h) for every dtype, integers included, and
+// gives the same bits as the CPU path (common/dtype_math.h) for every dtype, integers included, and
 // costs one pass over data that is already in L2 for small tensors.
 //
 // fp16 compression (HVD_COMPRESSION=fp16): float32 sums and averages are cast to float16 in the

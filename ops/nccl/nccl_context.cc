@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "hvd/error.h"
-#include "runtime/logging.h"
+#include "common/logging.h"
 
 namespace hvd::ops::nccl {
 

@@ -3,7 +3,7 @@
 // What the NCCL backend needs: NCCL_CHECK, the dtype and reduce-op mappings, and the
 // communicators: world, local (ranks of this node) and cross (ranks of the same local rank on
 // every node), each created from a ncclUniqueId that rank 0 of the matching MPI communicator
-// (ops/mpi/mpi_context.h) makes and MPI_Bcast delivers.
+// (comm/mpi_context.h) makes and MPI_Bcast delivers.
 //
 // Communicators are created on first use, on the background thread: creating one is collective,
 // and it is safe lazily because every rank executes the same batches in the same order, so every
@@ -19,7 +19,7 @@
 
 #include "hvd/tensor.h"
 #include "ops/cuda/cuda_context.h"
-#include "ops/mpi/mpi_context.h"
+#include "comm/mpi_context.h"
 
 namespace hvd::ops::nccl {
 
@@ -43,7 +43,7 @@ ncclRedOp_t nccl_op(ReduceOp op);
 
 class NcclContext {
  public:
-  NcclContext(const mpi::MpiContext& mpi, cuda::CudaContext& cuda) : mpi_(mpi), cuda_(cuda) {}
+  NcclContext(const comm::MpiContext& mpi, cuda::CudaContext& cuda) : mpi_(mpi), cuda_(cuda) {}
   ~NcclContext();
   NcclContext(const NcclContext&) = delete;
   NcclContext& operator=(const NcclContext&) = delete;
@@ -52,13 +52,13 @@ class NcclContext {
   ncclComm_t local() { return get(local_, mpi_.local(), "local"); }
   ncclComm_t cross() { return get(cross_, mpi_.cross(), "cross"); }
 
-  const mpi::MpiContext& mpi() const { return mpi_; }
+  const comm::MpiContext& mpi() const { return mpi_; }
   cuda::CudaContext& cuda() { return cuda_; }
 
  private:
   ncclComm_t get(ncclComm_t& slot, MPI_Comm comm, const char* what);
 
-  const mpi::MpiContext& mpi_;
+  const comm::MpiContext& mpi_;
   cuda::CudaContext& cuda_;
   ncclComm_t world_ = nullptr, local_ = nullptr, cross_ = nullptr;
 };

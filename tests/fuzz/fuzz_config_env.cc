@@ -1,4 +1,4 @@
-// libFuzzer target: load_config (runtime/config.h) with a fuzzed environment: any registered
+// libFuzzer target: load_config (common/config.h) with a fuzzed environment: any registered
 // variable, in its HVD_ or HOROVOD_ spelling (both at once included), or an unknown name, set to
 // fuzzed text.
 //
@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/config.h"
+#include "common/config.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// libFuzzer target: the HVD_* value parsers (runtime/config.h: parse_bool, parse_int,
+// libFuzzer target: the HVD_* value parsers (common/config.h: parse_bool, parse_int,
 // parse_double, parse_enum) with fuzzed values, bounds and choices.
 //
 // Properties checked:
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
+#include "common/config.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// libFuzzer target: the checkpoint reader's parsing (runtime/training/safetensors.h).
+// libFuzzer target: the checkpoint reader's parsing (training/safetensors.h).
 //
 // The input is a whole file. Each run exercises read_header_length, parse_header with the whole
 // file and with only the header as prefix, and parse_and_verify. Properties checked on every
@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/training/safetensors.h"
+#include "training/safetensors.h"
 #include "tests/fuzz/fuzz_common.h"
 
 namespace st = hvd::training;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "runtime/message.h"
-#include "runtime/training/safetensors.h"
+#include "training/safetensors.h"
 
 namespace {
 

@@ -12,7 +12,7 @@
 
 #include "ops/cuda/device_layout.h"
 #include "ops/cuda/kernels.h"
-#include "ops/dtype_math.h"
+#include "common/dtype_math.h"
 
 namespace hvd::ops::cuda {
 namespace {

@@ -19,7 +19,7 @@
 
 #include "hvd/checkpoint.h"
 #include "hvd/hvd.h"
-#include "runtime/training/checkpoint_io.h"
+#include "training/checkpoint_io.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 //
 // - Buffer: an owning buffer of any hvd dtype, read and written element-wise as double. The tests
 //   store only values that are exact in every dtype (small integers, halves), so the reference
-//   arithmetic is plain double and fp16/bf16 are encoded here independently of ops/dtype_math.
+//   arithmetic is plain double and fp16/bf16 are encoded here independently of common/dtype_math.
 // - Every rank must take the same path through every collective, or the others hang. So failures
 //   around collectives are EXPECT-style (never ASSERT), exceptions from enqueue/wait are caught and
 //   recorded, and a Watchdog ends the process (and with it mpirun) with a message naming the step

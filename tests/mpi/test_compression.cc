@@ -35,13 +35,11 @@
 #include <vector>
 
 #include "hvd/hvd.h"
-#include "ops/dtype_math.h"
+#include "common/dtype_math.h"
 #include "tests/mpi/test_collectives_util.h"
 
 namespace hvdtest {
 namespace {
-
-namespace ops = hvd::ops;
 
 // --- helpers -------------------------------------------------------------------------------------
 
@@ -58,8 +56,8 @@ DataType wire_of(const std::string& c) {
 
 // The 16-bit value nearest to d (the library's conversion, tested on its own below), as a double.
 double round16(DataType wire, double d) {
-  return wire == DataType::kFloat16 ? ops::half_to_float(ops::double_to_half(d))
-                                    : ops::bfloat16_to_float(ops::double_to_bfloat16(d));
+  return wire == DataType::kFloat16 ? hvd::half_to_float(hvd::double_to_half(d))
+                                    : hvd::bfloat16_to_float(hvd::double_to_bfloat16(d));
 }
 
 // Whether the hierarchical rings run the float batches (HVD_HIERARCHICAL_ALLREDUCE=1 on fake nodes).
@@ -146,7 +144,7 @@ uint64_t fnv1a(const void* data, size_t bytes) {
 // the differences exactly for the magnitudes used.
 void expect_nearest(DataType wire, double x, uint16_t h) {
   auto value = [&](uint16_t b) -> long double {
-    return wire == DataType::kFloat16 ? ops::half_to_float(b) : ops::bfloat16_to_float(b);
+    return wire == DataType::kFloat16 ? hvd::half_to_float(b) : hvd::bfloat16_to_float(b);
   };
   const uint16_t mag = h & 0x7fff, sign = h & 0x8000;
   const uint16_t max_finite = wire == DataType::kFloat16 ? 0x7bff : 0x7f7f;
@@ -175,25 +173,25 @@ TEST(CompressionConversions, DoubleRoundsOnceToNearestEven) {
     const double m = 1.0 + std::ldexp(static_cast<double>(mant(rng)), -52);
     const double sign = (i & 1) ? -1.0 : 1.0;
     const double xh = sign * std::ldexp(m, exp16(rng));
-    expect_nearest(DataType::kFloat16, xh, ops::double_to_half(xh));
+    expect_nearest(DataType::kFloat16, xh, hvd::double_to_half(xh));
     const double xb = sign * std::ldexp(m, expbf(rng));
-    expect_nearest(DataType::kBFloat16, xb, ops::double_to_bfloat16(xb));
+    expect_nearest(DataType::kBFloat16, xb, hvd::double_to_bfloat16(xb));
     if (testing::Test::HasFailure()) return;
   }
   // Just above a tie: a cast through float would make it a tie and round it down to even.
-  EXPECT_EQ(ops::double_to_half(1.0 + 0x1p-11 + 0x1p-40), ops::float_to_half(1.0f + 0x1p-10f));
-  EXPECT_EQ(ops::double_to_bfloat16(1.0 + 0x1p-8 + 0x1p-40),
-            ops::float_to_bfloat16(1.0f + 0x1p-7f));
-  EXPECT_EQ(ops::double_to_half(1.0 + 0x1p-11), ops::float_to_half(1.0f));  // a real tie: even
-  EXPECT_EQ(ops::double_to_half(1e300), 0x7c00);
-  EXPECT_EQ(ops::double_to_half(-1e300), 0xfc00);
-  EXPECT_EQ(ops::double_to_half(65519.99), 0x7bff);
-  EXPECT_EQ(ops::double_to_half(65520.0), 0x7c00);
-  EXPECT_EQ(ops::double_to_bfloat16(1e300), 0x7f80);
-  EXPECT_EQ(ops::double_to_half(0x1p-26), 0);            // below half the smallest subnormal
-  EXPECT_EQ(ops::double_to_half(0x1p-25 + 0x1p-60), 1);  // just above it
-  EXPECT_TRUE(std::isnan(ops::half_to_float(ops::double_to_half(std::nan("")))));
-  EXPECT_TRUE(std::isnan(ops::bfloat16_to_float(ops::double_to_bfloat16(std::nan("")))));
+  EXPECT_EQ(hvd::double_to_half(1.0 + 0x1p-11 + 0x1p-40), hvd::float_to_half(1.0f + 0x1p-10f));
+  EXPECT_EQ(hvd::double_to_bfloat16(1.0 + 0x1p-8 + 0x1p-40),
+            hvd::float_to_bfloat16(1.0f + 0x1p-7f));
+  EXPECT_EQ(hvd::double_to_half(1.0 + 0x1p-11), hvd::float_to_half(1.0f));  // a real tie: even
+  EXPECT_EQ(hvd::double_to_half(1e300), 0x7c00);
+  EXPECT_EQ(hvd::double_to_half(-1e300), 0xfc00);
+  EXPECT_EQ(hvd::double_to_half(65519.99), 0x7bff);
+  EXPECT_EQ(hvd::double_to_half(65520.0), 0x7c00);
+  EXPECT_EQ(hvd::double_to_bfloat16(1e300), 0x7f80);
+  EXPECT_EQ(hvd::double_to_half(0x1p-26), 0);            // below half the smallest subnormal
+  EXPECT_EQ(hvd::double_to_half(0x1p-25 + 0x1p-60), 1);  // just above it
+  EXPECT_TRUE(std::isnan(hvd::half_to_float(hvd::double_to_half(std::nan("")))));
+  EXPECT_TRUE(std::isnan(hvd::bfloat16_to_float(hvd::double_to_bfloat16(std::nan("")))));
 }
 
 TEST(CompressionConversions, EveryFinite16BitValueRoundTrips) {
@@ -202,8 +200,8 @@ TEST(CompressionConversions, EveryFinite16BitValueRoundTrips) {
     for (uint32_t b = 0; b < 65536; ++b) all.push_back(static_cast<uint16_t>(b));
     for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
       std::vector<double> wide(65536);  // room for either dtype
-      ops::decompress_copy(wire, dtype, all.data(), wide.data(), all.size(), 1.0);
-      ops::compress_copy(dtype, wire, wide.data(), back.data(), all.size(), 1.0);
+      hvd::decompress_copy(wire, dtype, all.data(), wide.data(), all.size(), 1.0);
+      hvd::compress_copy(dtype, wire, wide.data(), back.data(), all.size(), 1.0);
       for (uint32_t b = 0; b < 65536; ++b) {
         const bool nan = wire == DataType::kFloat16 ? (b & 0x7c00) == 0x7c00 && (b & 0x3ff)
                                                     : (b & 0x7f80) == 0x7f80 && (b & 0x7f);
@@ -217,29 +215,29 @@ TEST(CompressionConversions, EveryFinite16BitValueRoundTrips) {
 TEST(CompressionConversions, FactorsAreFoldedIntoTheCasts) {
   const std::vector<float> in = {1.0f, -3.0f, 0.1f, 65504.0f, 1e-3f};
   std::vector<uint16_t> h(in.size());
-  ops::compress_copy(DataType::kFloat32, DataType::kFloat16, in.data(), h.data(), in.size(), 2.0);
-  for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(h[i], ops::double_to_half(2.0 * in[i])) << i;
+  hvd::compress_copy(DataType::kFloat32, DataType::kFloat16, in.data(), h.data(), in.size(), 2.0);
+  for (size_t i = 0; i < in.size(); ++i) EXPECT_EQ(h[i], hvd::double_to_half(2.0 * in[i])) << i;
   EXPECT_EQ(h[3], 0x7c00);  // 131008 overflows to Inf
   std::vector<float> out(in.size());
-  ops::decompress_copy(DataType::kFloat16, DataType::kFloat32, h.data(), out.data(), h.size(),
+  hvd::decompress_copy(DataType::kFloat16, DataType::kFloat32, h.data(), out.data(), h.size(),
                        1.0 / 3);
   for (size_t i = 0; i < in.size(); ++i)
-    EXPECT_EQ(out[i], static_cast<float>(static_cast<double>(ops::half_to_float(h[i])) * (1.0 / 3)))
+    EXPECT_EQ(out[i], static_cast<float>(static_cast<double>(hvd::half_to_float(h[i])) * (1.0 / 3)))
         << i;
   // reduce_blocks_16: three blocks of two, average of 3 (factor 1/3), in double, rounded once.
-  const std::vector<uint16_t> blocks = {ops::float_to_half(1.0f), ops::float_to_half(2048.0f),
-                                        ops::float_to_half(1.0f), ops::float_to_half(1.0f),
-                                        ops::float_to_half(1.0f), ops::float_to_half(1.0f)};
+  const std::vector<uint16_t> blocks = {hvd::float_to_half(1.0f), hvd::float_to_half(2048.0f),
+                                        hvd::float_to_half(1.0f), hvd::float_to_half(1.0f),
+                                        hvd::float_to_half(1.0f), hvd::float_to_half(1.0f)};
   std::vector<uint16_t> r(2);
-  ops::reduce_blocks_16(DataType::kFloat16, ReduceOp::kAverage, blocks.data(), 3, 2, 2, 1.0 / 3,
+  hvd::reduce_blocks_16(DataType::kFloat16, ReduceOp::kAverage, blocks.data(), 3, 2, 2, 1.0 / 3,
                         r.data());
-  EXPECT_EQ(r[0], ops::float_to_half(1.0f));
+  EXPECT_EQ(r[0], hvd::float_to_half(1.0f));
   // (2048 + 1 + 1) / 3 = 683.33 -> 683.5 in fp16 (step 0.5); summing in fp16 would lose both 1s
   // (2048 + 1 rounds to 2048) and give 682.5.
-  EXPECT_EQ(r[1], ops::double_to_half(2050.0 / 3));
-  EXPECT_EQ(ops::half_to_float(r[1]), 683.5f);
+  EXPECT_EQ(r[1], hvd::double_to_half(2050.0 / 3));
+  EXPECT_EQ(hvd::half_to_float(r[1]), 683.5f);
   EXPECT_THROW(
-      ops::compress_copy(DataType::kInt32, DataType::kFloat16, in.data(), h.data(), 1, 1.0),
+      hvd::compress_copy(DataType::kInt32, DataType::kFloat16, in.data(), h.data(), 1, 1.0),
       std::invalid_argument);
 }
 
@@ -268,11 +266,11 @@ TEST(CompressionConversions, VectorisedEqualsPortableBitForBit) {
   auto both = [&](const std::function<void(std::vector<uint16_t>&)>& run, const std::string& what,
                   DataType nan16 = DataType::kInt8) {
     std::vector<uint16_t> fast, slow;
-    ops::simd_enabled() = true;
+    hvd::simd_enabled() = true;
     run(fast);
-    ops::simd_enabled() = false;
+    hvd::simd_enabled() = false;
     run(slow);
-    ops::simd_enabled() = true;
+    hvd::simd_enabled() = true;
     auto is_nan = [&](uint16_t b) {
       return nan16 == DataType::kFloat16
                  ? (b & 0x7c00) == 0x7c00 && (b & 0x3ff)
@@ -289,20 +287,20 @@ TEST(CompressionConversions, VectorisedEqualsPortableBitForBit) {
       both(
           [&](std::vector<uint16_t>& out) {
             out.resize(n);
-            ops::compress_copy(DataType::kFloat32, wire, f.data(), out.data(), n, factor);
+            hvd::compress_copy(DataType::kFloat32, wire, f.data(), out.data(), n, factor);
           },
           "compress float32 " + tag);
       both(
           [&](std::vector<uint16_t>& out) {
             out.resize(n);
-            ops::compress_copy(DataType::kFloat64, wire, d.data(), out.data(), n, factor);
+            hvd::compress_copy(DataType::kFloat64, wire, d.data(), out.data(), n, factor);
           },
           "compress float64 " + tag);
       for (DataType dtype : {DataType::kFloat32, DataType::kFloat64}) {
         both(
             [&](std::vector<uint16_t>& out) {
               std::vector<double> wide(all.size());
-              ops::decompress_copy(wire, dtype, all.data(), wide.data(), all.size(), factor);
+              hvd::decompress_copy(wire, dtype, all.data(), wide.data(), all.size(), factor);
               out.resize(all.size() * 4);
               std::memcpy(out.data(), wide.data(),
                           all.size() * (dtype == DataType::kFloat32 ? 4 : 8));
@@ -318,7 +316,7 @@ TEST(CompressionConversions, VectorisedEqualsPortableBitForBit) {
                 std::mt19937 r2(5);
                 for (auto& b : blocks) b = static_cast<uint16_t>(r2());
                 out.resize(m);
-                ops::reduce_blocks_16(wire, op, blocks.data(), k, m, m, factor, out.data());
+                hvd::reduce_blocks_16(wire, op, blocks.data(), k, m, m, factor, out.data());
               },
               std::string("reduce_blocks_16 ") + op_str(op) + " k " + std::to_string(k) + " " + tag,
               wire);

@@ -21,7 +21,7 @@
 
 #include "hvd/hvd.h"
 #include "ops/hierarchical/hierarchical_ops.h"
-#include "runtime/logging.h"
+#include "common/logging.h"
 #include "tests/mpi/test_collectives_util.h"
 
 namespace hvdtest {
@@ -103,7 +103,7 @@ OpBatch batch_of(DataType t, ReduceOp op, int size, std::vector<Buffer>& ins,
 TEST(HierarchicalOp, DecisionFollowsTheFakeTopologyAndIsLogged) {
   const int size = world_size();
   hvd::set_log_level(hvd::LogLevel::kInfo);
-  hvd::ops::mpi::MpiContext ctx(2);
+  hvd::comm::MpiContext ctx(2);
   const auto& topo = ctx.topology();
   EXPECT_EQ(topo.local_rank, world_rank() % 2);
   EXPECT_EQ(topo.homogeneous, size % 2 == 0 || size == 1);
@@ -140,7 +140,7 @@ TEST(HierarchicalOp, EveryOpDtypeAndSizeOnTwoByTwo) {
   const int size = world_size(), rank = world_rank();
   if (size != 4)
     GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
-  hvd::ops::mpi::MpiContext ctx(2);
+  hvd::comm::MpiContext ctx(2);
   hvd::ops::FusionBuffer buffer;
   MpiHierarchicalAllreduce op(ctx, buffer);
   for (ReduceOp rop : all_ops()) {
@@ -178,7 +178,7 @@ TEST(HierarchicalOp, PipelinedChunksOnTwoByTwo) {
   const int size = world_size(), rank = world_rank();
   if (size != 4)
     GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
-  hvd::ops::mpi::MpiContext ctx(2);
+  hvd::comm::MpiContext ctx(2);
   hvd::ops::FusionBuffer buffer;
   MpiHierarchicalAllreduce op(ctx, buffer);
   for (auto [t, n] : {std::pair{DataType::kFloat32, int64_t{9000007}},
@@ -200,7 +200,7 @@ TEST(HierarchicalOp, FusedBatchWithScalingOnTwoByTwo) {
   const int size = world_size(), rank = world_rank();
   if (size != 4)
     GTEST_SKIP() << "the algorithm runs on 2 x 2 fake nodes only (4 ranks); here " << size;
-  hvd::ops::mpi::MpiContext ctx(2);
+  hvd::comm::MpiContext ctx(2);
   hvd::ops::FusionBuffer buffer;
   MpiHierarchicalAllreduce op(ctx, buffer);
   for (DataType t :
@@ -228,7 +228,7 @@ TEST(HierarchicalOp, RingsOfThreeOnSixRanks) {
   const int size = world_size(), rank = world_rank();
   if (size != 6) GTEST_SKIP() << "needs 6 ranks (3 x 2 and 2 x 3 fake nodes); here " << size;
   for (int local : {2, 3}) {
-    hvd::ops::mpi::MpiContext ctx(local);
+    hvd::comm::MpiContext ctx(local);
     hvd::ops::FusionBuffer buffer;
     MpiHierarchicalAllreduce op(ctx, buffer);
     for (ReduceOp rop : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kProduct}) {

@@ -4,7 +4,7 @@
 #include <map>
 
 #include "hvd/error.h"
-#include "runtime/config.h"
+#include "common/config.h"
 
 namespace hvd {
 namespace {

@@ -1,7 +1,7 @@
 // ops/dtype_math: fp16/bf16 conversions (exhaustive over every 16-bit pattern, plus the rounding
 // edge cases), reduce_buffers for every dtype x op against a straightforward reference, scaling,
 // and the identities a joined rank contributes.
-#include "ops/dtype_math.h"
+#include "common/dtype_math.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The safetensors format (runtime/training/safetensors.cc), in memory: round trips, the checksum,
+// The safetensors format (training/safetensors.cc), in memory: round trips, the checksum,
 // and a malformed file of every kind we know of being an hvd::Error, never a crash.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "hvd/error.h"
-#include "runtime/training/safetensors.h"
+#include "training/safetensors.h"
 
 namespace hvd::training {
 namespace {

@@ -1,4 +1,4 @@
-// Checkpoint files on disk (runtime/training/checkpoint_io.cc): naming, crash-safe writing,
+// Checkpoint files on disk (training/checkpoint_io.cc): naming, crash-safe writing,
 // listing, pruning, verified reading and loading. One process, no MPI.
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "hvd/error.h"
-#include "runtime/training/checkpoint_io.h"
+#include "training/checkpoint_io.h"
 
 namespace hvd::training {
 namespace {

@@ -6,7 +6,7 @@ Runs WRITER OUT_DIR (tests/unit/test_safetensors_writer.cc), then reads its file
 reference implementation (safetensors.numpy.load_file, safetensors.deserialize, safe_open) and
 compares every tensor with values computed here, independently of the C++ side. It also checks
 hvd's checksum with a pure-Python XXH64 and the canonical encoding documented in
-runtime/training/safetensors.h.
+training/safetensors.h.
 Exits 77 (ctest SKIP_RETURN_CODE) when numpy or safetensors is not installed; install them with
     python3 -m pip install safetensors numpy
 """

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "hvd/error.h"
-#include "runtime/training/safetensors.h"
+#include "training/safetensors.h"
 
 using hvd::DataType;
 using hvd::training::TensorBytes;

@@ -3,7 +3,7 @@
 # Defined only when HvdCuda.cmake found the GPU stack with cuDNN (HVD_HAVE_CUDNN); a CPU-only build
 # (-DHVD_WITH_CUDA=OFF) compiles nothing here. Included (not add_subdirectory) by
 # examples/train_cnn/CMakeLists.txt and, when the examples are not built, by
-# tests/gpu/cnn_gpu_tests.cmake; a second include is a no-op.
+# tests/gpu/CMakeLists.txt; a second include is a no-op.
 #
 # Enables CUDA in the including directory: an executable that links train_cnn_gpu is linked by the
 # CUDA toolchain (CMake propagates the CUDA link language of a static library with .cu sources),

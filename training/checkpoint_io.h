@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/training/safetensors.h"
+#include "training/safetensors.h"
 
 namespace hvd::training {
 

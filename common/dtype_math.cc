@@ -1,4 +1,4 @@
-#include "ops/dtype_math.h"
+#include "common/dtype_math.h"
 
 #include <algorithm>
 #include <bit>
@@ -20,7 +20,7 @@
 // that is correctly rounded, because float carries at least 2p+2 bits of a p-bit format (24 >= 2*11+2
 // for fp16, 24 >= 2*8+2 for bf16), so the double rounding cannot go wrong.
 
-namespace hvd::ops {
+namespace hvd {
 namespace {
 
 constexpr std::size_t kBlock = 16;
@@ -468,7 +468,7 @@ void fill_identity(DataType dtype, ReduceOp op, void* data, std::size_t n) {
   }
 }
 
-}  // namespace hvd::ops
+}  // namespace hvd
 
 // --- compression, vectorised (x86-64 with AVX2 and F16C, picked at run time) ----------------------
 // The same arithmetic as the scalar code above, 8 elements at a time: F16C's conversions round to
@@ -480,7 +480,7 @@ void fill_identity(DataType dtype, ReduceOp op, void* data, std::size_t n) {
 #include <cpuid.h>
 #include <immintrin.h>
 
-namespace hvd::ops {
+namespace hvd {
 namespace {
 
 #define HVD_SIMD __attribute__((target("avx2,f16c")))
@@ -659,13 +659,13 @@ HVD_SIMD std::size_t reduce_blocks_simd(DataType wire, ReduceOp op, const uint16
 #undef HVD_SIMD
 
 }  // namespace
-}  // namespace hvd::ops
+}  // namespace hvd
 #define HVD_DTYPE_SIMD 1
 #else
 #define HVD_DTYPE_SIMD 0
 #endif
 
-namespace hvd::ops {
+namespace hvd {
 
 namespace {
 #if HVD_DTYPE_SIMD
@@ -750,4 +750,4 @@ void reduce_blocks_16(DataType wire, ReduceOp op, const uint16_t* blocks, std::s
   }
 }
 
-}  // namespace hvd::ops
+}  // namespace hvd

@@ -23,8 +23,8 @@
 #include "hvd/collectives.h"
 #include "hvd/error.h"
 #include "hvd/hvd.h"
-#include "runtime/training/checkpoint_io.h"
-#include "runtime/training/safetensors.h"
+#include "training/checkpoint_io.h"
+#include "training/safetensors.h"
 
 namespace hvd {
 

@@ -6,9 +6,9 @@
 
 #include "hvd/error.h"
 #include "hvd/hvd.h"
-#include "ops/dtype_math.h"
-#include "runtime/config.h"
-#include "runtime/logging.h"
+#include "common/dtype_math.h"
+#include "common/config.h"
+#include "common/logging.h"
 
 namespace hvd {
 namespace {
@@ -111,7 +111,7 @@ void Strategy::gradient_ready(const std::string& name, TensorRef grad) {
     const size_t bytes = grad.size_bytes();
     const size_t n = static_cast<size_t>(grad.num_elements());
     if (acc.size() != bytes) acc.assign(bytes, std::byte{0});
-    ops::reduce_buffers(grad.dtype(), ReduceOp::kSum, grad.data(), acc.data(), n);
+    hvd::reduce_buffers(grad.dtype(), ReduceOp::kSum, grad.data(), acc.data(), n);
     if (!communicating_step()) return;
     std::memcpy(grad.data(), acc.data(), bytes);
     std::fill(acc.begin(), acc.end(), std::byte{0});

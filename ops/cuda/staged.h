@@ -22,7 +22,7 @@
 #include "ops/cuda/cuda_context.h"
 #include "ops/cuda/finalizer.h"
 
-namespace hvd::ops::mpi {
+namespace hvd::ops::cuda {
 
 class StagedOp : public CollectiveOp {
  public:
@@ -40,4 +40,4 @@ class StagedOp : public CollectiveOp {
   std::string name_;
 };
 
-}  // namespace hvd::ops::mpi
+}  // namespace hvd::ops::cuda

@@ -13,7 +13,7 @@
 
 #include "hvd/tensor.h"
 
-namespace hvd::ops {
+namespace hvd {
 
 float half_to_float(uint16_t h);
 uint16_t float_to_half(float f);
@@ -70,4 +70,4 @@ std::atomic<bool>& simd_enabled();
 // for min (+Inf for floats), the lowest for max (-Inf for floats).
 void fill_identity(DataType dtype, ReduceOp op, void* data, std::size_t n);
 
-}  // namespace hvd::ops
+}  // namespace hvd

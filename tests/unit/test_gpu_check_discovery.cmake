@@ -11,17 +11,7 @@
 #      packages: nvidia.nccl has no __file__) are found (skipped where the system has NCCL/cuDNN);
 #   5. scripts/gpu-check --help prints its usage.
 #
-# This file is both the registration (included by tests/unit/CMakeLists.txt) and the test itself
-# (run by ctest as `cmake -P` on this file).
-if(NOT CMAKE_SCRIPT_MODE_FILE)
-  find_package(Python3 QUIET COMPONENTS Interpreter)
-  add_test(NAME gpu_check.discovery
-    COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -DWORK=${CMAKE_CURRENT_BINARY_DIR}/gpu_check_discovery
-            -DPYTHON=${Python3_EXECUTABLE} -P ${CMAKE_CURRENT_LIST_FILE})
-  set_tests_properties(gpu_check.discovery PROPERTIES LABELS unit TIMEOUT 300)
-  return()
-endif()
-
+# Registered by tests/unit/CMakeLists.txt; ctest runs this file as `cmake -P`.
 # ---- the test (script mode) -------------------------------------------------------------------------
 foreach(v SRC WORK)
   if(NOT ${v})

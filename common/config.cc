@@ -1,4 +1,4 @@
-#include "runtime/config.h"
+#include "common/config.h"
 
 #include <cerrno>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "runtime/training/safetensors.h"
+#include "training/safetensors.h"
 
 #include <algorithm>
 #include <bit>

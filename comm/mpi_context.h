@@ -13,30 +13,20 @@
 
 #include <string>
 
+#include "common/compression.h"
 #include "hvd/tensor.h"
 
-namespace hvd::ops::mpi {
+namespace hvd::comm {
 
 // Throws CommunicationError naming the call, the rank, MPI's error string and the library.
 [[noreturn]] void throw_mpi_error(const char* call, int code, const char* file, int line);
 
-#define MPI_CHECK(call)                                                         \
-  do {                                                                          \
-    int hvd_mpi_rc_ = (call);                                                   \
-    if (hvd_mpi_rc_ != MPI_SUCCESS)                                             \
-      ::hvd::ops::mpi::throw_mpi_error(#call, hvd_mpi_rc_, __FILE__, __LINE__); \
+#define MPI_CHECK(call)                                                     \
+  do {                                                                      \
+    int hvd_mpi_rc_ = (call);                                               \
+    if (hvd_mpi_rc_ != MPI_SUCCESS)                                         \
+      ::hvd::comm::throw_mpi_error(#call, hvd_mpi_rc_, __FILE__, __LINE__); \
   } while (0)
-
-// HVD_COMPRESSION for the all-reduce ops of this backend (the flat and hierarchical CPU ops, and
-// the host-staged path of CUDA tensors, which runs the flat op on host copies): float32 and float64
-// tensors travel as fp16 or bf16 (ops/mpi/allreduce.cc says how); other dtypes never change.
-enum class Compression { kNone, kFp16, kBf16 };
-// "none" | "fp16" | "bf16" (the config's spellings, case-insensitive); throws InvalidArgumentError.
-Compression parse_compression(const std::string& value);
-const char* compression_name(Compression c);
-// The dtype a batch of `dtype` travels as: kFloat16/kBFloat16 for float32/float64 under fp16/bf16,
-// else `dtype` itself.
-DataType wire_dtype(Compression c, DataType dtype);
 
 struct MpiTopology {
   int rank = 0, size = 1;
@@ -63,8 +53,7 @@ class MpiContext {
   MPI_Op op(DataType dtype, ReduceOp op) const;
 
   // Set once by the runtime at init(), before the background thread starts (HVD_COMPRESSION);
-  // read by the all-reduce ops. Rank 0 logs a warning when bf16 is asked for in a build with NCCL
-  // and a visible GPU: the NCCL path compresses fp16 only, so its CUDA tensors stay uncompressed.
+  // read by the MPI all-reduce ops.
   void set_compression(Compression c);
   Compression compression() const { return compression_; }
 
@@ -79,4 +68,4 @@ class MpiContext {
 // MPI counts are int: calls on more elements run in chunks of at most this many.
 constexpr int64_t kMaxMpiCount = (int64_t{1} << 30);
 
-}  // namespace hvd::ops::mpi
+}  // namespace hvd::comm

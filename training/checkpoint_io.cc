@@ -1,4 +1,4 @@
-#include "runtime/training/checkpoint_io.h"
+#include "training/checkpoint_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "runtime/logging.h"
+#include "common/logging.h"
 
 #include <atomic>
 #include <chrono>

@@ -1,10 +1,10 @@
 // Host staging of CUDA tensors for the MPI backend; see staged.h.
-#include "ops/mpi/staged.h"
+#include "ops/cuda/staged.h"
 
 #include "hvd/error.h"
 #include "ops/fusion_buffer.h"
 
-namespace hvd::ops::mpi {
+namespace hvd::ops::cuda {
 
 StagedOp::StagedOp(std::unique_ptr<CollectiveOp> inner, cuda::CudaContext& cuda,
                    cuda::Finalizer& finalizer)
@@ -69,4 +69,4 @@ void StagedOp::execute(OpBatch& batch) {
   finalizer_.set_pending(cuda_.record_completion());
 }
 
-}  // namespace hvd::ops::mpi
+}  // namespace hvd::ops::cuda

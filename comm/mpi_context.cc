@@ -1,4 +1,4 @@
-#include "ops/mpi/mpi_context.h"
+#include "comm/mpi_context.h"
 
 #include <cctype>
 #include <sstream>
@@ -6,11 +6,10 @@
 
 #include "hvd/config.h"
 #include "hvd/error.h"
-#include "ops/dtype_math.h"
-#include "ops/gpu_backend.h"
-#include "runtime/logging.h"
+#include "common/dtype_math.h"
+#include "common/logging.h"
 
-namespace hvd::ops::mpi {
+namespace hvd::comm {
 namespace {
 
 template <DataType D, ReduceOp O>
@@ -118,45 +117,10 @@ MpiContext::~MpiContext() {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
-Compression parse_compression(const std::string& value) {
-  std::string v;
-  for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (v == "none") return Compression::kNone;
-  if (v == "fp16") return Compression::kFp16;
-  if (v == "bf16") return Compression::kBf16;
-  throw InvalidArgumentError("HVD_COMPRESSION='" + value +
-                             "' is not valid: expected one of none|fp16|bf16.");
-}
-
-const char* compression_name(Compression c) {
-  switch (c) {
-    case Compression::kNone:
-      return "none";
-    case Compression::kFp16:
-      return "fp16";
-    case Compression::kBf16:
-      return "bf16";
-  }
-  return "?";
-}
-
-DataType wire_dtype(Compression c, DataType dtype) {
-  if (c == Compression::kNone || (dtype != DataType::kFloat32 && dtype != DataType::kFloat64))
-    return dtype;
-  return c == Compression::kFp16 ? DataType::kFloat16 : DataType::kBFloat16;
-}
-
 void MpiContext::set_compression(Compression c) {
   compression_ = c;
   if (topo_.rank == 0)
     HVD_LOG(Debug) << "all-reduce compression (HVD_COMPRESSION): " << compression_name(c);
-#if HVD_HAVE_NCCL
-  if (c == Compression::kBf16 && topo_.rank == 0 && GpuBackend::visible_devices() > 0)
-    HVD_LOG(Warning)
-        << "HVD_COMPRESSION=bf16: CUDA tensors reduced by NCCL are not compressed (the NCCL path "
-           "implements fp16 only); CPU tensors and host-staged CUDA tensors "
-           "(HVD_GPU_OPERATIONS=MPI) travel as bf16.";
-#endif
 }
 
 MPI_Datatype MpiContext::datatype(DataType dtype) const {
@@ -198,4 +162,4 @@ MPI_Op MpiContext::op(DataType dtype, ReduceOp op) const {
   return MPI_SUM;
 }
 
-}  // namespace hvd::ops::mpi
+}  // namespace hvd::comm
