@@ -8,6 +8,7 @@
 
 #include "cluster/env_resolver.h"
 #include "hvd/error.h"
+#include "tests/unit/test_util.h"
 
 namespace hvd::cluster {
 namespace {
@@ -22,15 +23,7 @@ EnvLookup fake(Env env) {
   };
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgumentError& e) {
-    return e.what();
-  }
-  return "";
-}
+using hvd::testing::error_of;
 
 const Env kOpenMpi = {{"OMPI_COMM_WORLD_RANK", "5"},
                       {"OMPI_COMM_WORLD_SIZE", "8"},

@@ -8,21 +8,14 @@
 
 #include "cluster/hostfile.h"
 #include "hvd/error.h"
+#include "tests/unit/test_util.h"
 
 namespace hvd::cluster {
 namespace {
 
 using Hosts = std::vector<HostSlots>;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgumentError& e) {
-    return e.what();
-  }
-  return "";
-}
+using hvd::testing::error_of;
 
 TEST(Hostfile, SlotsCommentsAndBlankLines) {
   const std::string text =

@@ -7,6 +7,7 @@
 
 #include "cluster/hostlist.h"
 #include "hvd/error.h"
+#include "tests/unit/test_util.h"
 
 namespace hvd::cluster {
 namespace {
@@ -14,15 +15,7 @@ namespace {
 using Names = std::vector<std::string>;
 
 // The message of the InvalidArgumentError `f` throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgumentError& e) {
-    return e.what();
-  }
-  return "";
-}
+using hvd::testing::error_of;
 
 TEST(Hostlist, RangeAndSingleKeepZeroPaddingAndOrder) {
   EXPECT_EQ(expand_hostlist("node[01-04,07]"),

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hvd/error.h"
+#include "tests/unit/test_util.h"
 #include "launcher/options.h"
 
 #ifndef HVDRUN_PATH
@@ -22,15 +23,7 @@ namespace {
 
 using Args = std::vector<std::string>;
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgumentError& e) {
-    return e.what();
-  }
-  return "";
-}
+using hvd::testing::error_of;
 
 TEST(CommandLine, ProgramArgumentsAreNotParsed) {
   CommandLine cl = parse_command_line({"-np", "4", "./train", "--epochs", "3", "-H", "x"});

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "hvd/error.h"
+#include "tests/unit/test_util.h"
 #include "launcher/exec.h"
 #include "launcher/launch_plan.h"
 
@@ -40,15 +41,7 @@ LaunchOptions with_command(Args cmd = {"./train", "--epochs", "3"}) {
   return o;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgumentError& e) {
-    return e.what();
-  }
-  return "";
-}
+using hvd::testing::error_of;
 
 // Index of the first occurrence of `seq` as a contiguous run in `argv`, or -1.
 long find_seq(const Args& argv, const Args& seq) {

@@ -1,0 +1,22 @@
+#pragma once
+
+// Helpers shared by the unit tests (no MPI).
+
+#include <string>
+
+#include "hvd/error.h"
+
+namespace hvd::testing {
+
+// The message of the InvalidArgumentError that `f()` throws, or "" when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const InvalidArgumentError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace hvd::testing
