@@ -14,7 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string_view>
+#include <utility>
 #include <sys/stat.h>
 
 namespace hvd::launcher {
@@ -142,122 +144,174 @@ std::vector<pid_t> descendants(pid_t root) {
 
 }  // namespace
 
-int supervise_plan(const LaunchPlan& plan, int abort_grace_seconds) {
-  int errpipe[2];
-  if (::pipe(errpipe) != 0) return exec_plan(plan);  // cannot supervise: behave as before
-  int execfail[2];  // close-on-exec: the child reports a failed execvp through it
-  if (::pipe2(execfail, O_CLOEXEC) != 0) {
-    ::close(errpipe[0]);
-    ::close(errpipe[1]);
-    return exec_plan(plan);
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(errpipe[0]);
-    ::close(errpipe[1]);
-    ::close(execfail[0]);
-    ::close(execfail[1]);
-    return exec_plan(plan);
-  }
-  if (pid == 0) {
-    ::close(errpipe[0]);
-    ::close(execfail[0]);
-    ::dup2(errpipe[1], STDERR_FILENO);
-    ::close(errpipe[1]);
-    std::vector<char*> argv = prepare_exec(plan);
-    ::execvp(argv[0], argv.data());
-    int err = errno;
-    (void)!::write(execfail[1], &err, sizeof err);
-    ::_exit(127);
-  }
-  g_child.store(pid);
-  ::close(errpipe[1]);
-  ::close(execfail[1]);
-  int exec_err = 0;
-  if (::read(execfail[0], &exec_err, sizeof exec_err) == static_cast<ssize_t>(sizeof exec_err)) {
-    ::close(execfail[0]);
-    ::close(errpipe[0]);
-    ::waitpid(pid, nullptr, 0);
-    std::fprintf(stderr, "hvdrun: cannot run '%s': %s\n", plan.argv[0].c_str(),
-                 std::strerror(exec_err));
-    return exec_err == ENOENT ? 127 : 126;
-  }
-  ::close(execfail[0]);
+namespace {
 
+// An owned file descriptor: closed when it goes out of scope, so that every return path of
+// supervise_plan closes what it opened.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    reset(std::exchange(o.fd_, -1));
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// A pipe as two owned ends; false when the system refuses one.
+bool make_pipe(UniqueFd& read_end, UniqueFd& write_end, int flags) {
+  int fds[2];
+  if (::pipe2(fds, flags) != 0) return false;
+  read_end.reset(fds[0]);
+  write_end.reset(fds[1]);
+  return true;
+}
+
+void write_all(int fd, const char* data, size_t n) {
+  for (size_t off = 0; off < n;) {
+    ssize_t w = ::write(fd, data + off, n - off);
+    if (w <= 0) return;
+    off += static_cast<size_t>(w);
+  }
+}
+
+// Signals sent to hvdrun go on to the child (forward_signal).
+void forward_signals_to(pid_t child) {
+  g_child.store(child);
   struct sigaction sa {};
   sa.sa_sigaction = forward_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
     ::sigaction(sig, &sa, nullptr);
+}
 
-  // Copy mpirun's stderr through as it comes; watch it for the notice that the job is being
-  // aborted. Open MPI's abort waits for every node's daemon to confirm: a daemon behind a dead
-  // link never does, and mpirun would wait until TCP gives up (many minutes).
-  using Clock = std::chrono::steady_clock;
-  std::string tail;  // the last bytes seen, so a notice split across reads is still found
-  bool aborting = false, open = true;
-  Clock::time_point deadline{};
-  char buf[8192];
-  while (true) {
-    if (open) {
-      pollfd pfd{errpipe[0], POLLIN, 0};
-      int r = ::poll(&pfd, 1, 200);
-      if (r > 0) {
-        ssize_t n = ::read(errpipe[0], buf, sizeof buf);
-        if (n > 0) {
-          for (ssize_t off = 0; off < n;) {
-            ssize_t w = ::write(STDERR_FILENO, buf + off, static_cast<size_t>(n - off));
-            if (w <= 0) break;
-            off += w;
-          }
-          tail.append(buf, static_cast<size_t>(n));
-          if (!aborting && is_abort_notice(tail)) {
-            aborting = true;
-            deadline = Clock::now() + std::chrono::seconds(abort_grace_seconds);
-          }
-          if (tail.size() > 512) tail.erase(0, tail.size() - 512);
-        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-          open = false;
-        }
-      }
-    } else {
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+// mpirun has been aborting for longer than the grace period: it and its own children (the ranks
+// on this node, helpers) are ended, so that none is left orphaned.
+int end_stuck_abort(pid_t pid, int abort_grace_seconds) {
+  std::fprintf(
+      stderr,
+      "hvdrun: error: mpirun has been aborting the job for %d s without finishing: a node it "
+      "started ranks on no longer answers (its host or network link failed; the ranks' errors "
+      "above name the lost ranks). Ending mpirun; ranks on that node end when their daemon "
+      "loses mpirun. Check that node, then rerun without it (-H/--hostfile) or resume from the "
+      "last checkpoint.\n",
+      abort_grace_seconds);
+  ::kill(pid, SIGSTOP);
+  for (pid_t d : descendants(pid)) ::kill(d, SIGKILL);
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return 1;
+}
+
+// Copies mpirun's stderr through as it comes and watches it for the notice that the job is being
+// aborted. Open MPI's abort waits for every node's daemon to confirm: a daemon behind a dead link
+// never does, and mpirun would wait until TCP gives up (many minutes).
+class StderrPump {
+ public:
+  explicit StderrPump(UniqueFd fd) : fd_(std::move(fd)) {}
+  // Waits up to 200 ms for output and copies it; true once the abort notice has been seen.
+  bool pump() {
+    if (!open_) {
       ::usleep(200000);
+      return aborting_;
     }
+    pollfd pfd{fd_.get(), POLLIN, 0};
+    if (::poll(&pfd, 1, 200) <= 0) return aborting_;
+    ssize_t n = ::read(fd_.get(), buf_, sizeof buf_);
+    if (n > 0) {
+      write_all(STDERR_FILENO, buf_, static_cast<size_t>(n));
+      tail_.append(buf_, static_cast<size_t>(n));  // a notice split across reads is still found
+      aborting_ = aborting_ || is_abort_notice(tail_);
+      if (tail_.size() > 512) tail_.erase(0, tail_.size() - 512);
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+      open_ = false;
+    }
+    return aborting_;
+  }
+  // The job's last lines, after the child has exited.
+  void drain() {
+    while (open_) {
+      ssize_t n = ::read(fd_.get(), buf_, sizeof buf_);
+      if (n <= 0) break;
+      write_all(STDERR_FILENO, buf_, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  UniqueFd fd_;
+  bool open_ = true, aborting_ = false;
+  std::string tail_;
+  char buf_[8192];
+};
+
+}  // namespace
+
+int supervise_plan(const LaunchPlan& plan, int abort_grace_seconds) {
+  UniqueFd err_read, err_write, execfail_read, execfail_write;
+  // execfail is close-on-exec: the child reports a failed execvp through it.
+  if (!make_pipe(err_read, err_write, 0) || !make_pipe(execfail_read, execfail_write, O_CLOEXEC))
+    return exec_plan(plan);  // cannot supervise: behave as before
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = ::fork();
+  if (pid < 0) return exec_plan(plan);
+  if (pid == 0) {
+    err_read.reset();
+    execfail_read.reset();
+    ::dup2(err_write.get(), STDERR_FILENO);
+    err_write.reset();
+    std::vector<char*> argv = prepare_exec(plan);
+    ::execvp(argv[0], argv.data());
+    int err = errno;
+    (void)!::write(execfail_write.get(), &err, sizeof err);
+    ::_exit(127);
+  }
+  err_write.reset();
+  execfail_write.reset();
+  int exec_err = 0;
+  if (::read(execfail_read.get(), &exec_err, sizeof exec_err) ==
+      static_cast<ssize_t>(sizeof exec_err)) {
+    ::waitpid(pid, nullptr, 0);
+    std::fprintf(stderr, "hvdrun: cannot run '%s': %s\n", plan.argv[0].c_str(),
+                 std::strerror(exec_err));
+    return exec_err == ENOENT ? 127 : 126;
+  }
+  execfail_read.reset();
+  forward_signals_to(pid);
+
+  using Clock = std::chrono::steady_clock;
+  StderrPump pump(std::move(err_read));
+  std::optional<Clock::time_point> deadline;
+  while (true) {
+    if (pump.pump() && !deadline)
+      deadline = Clock::now() + std::chrono::seconds(abort_grace_seconds);
     int status = 0;
-    pid_t w = ::waitpid(pid, &status, WNOHANG);
-    if (w == pid) {
-      // Drain what is left of the pipe (the job's last lines).
-      while (open) {
-        ssize_t n = ::read(errpipe[0], buf, sizeof buf);
-        if (n <= 0) break;
-        (void)!::write(STDERR_FILENO, buf, static_cast<size_t>(n));
-      }
-      ::close(errpipe[0]);
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      pump.drain();
       g_child.store(0);
-      if (WIFEXITED(status)) return WEXITSTATUS(status);
-      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-      return 1;
+      return exit_code_of(status);
     }
-    if (aborting && Clock::now() > deadline) {
-      std::fprintf(
-          stderr,
-          "hvdrun: error: mpirun has been aborting the job for %d s without finishing: a node it "
-          "started ranks on no longer answers (its host or network link failed; the ranks' errors "
-          "above name the lost ranks). Ending mpirun; ranks on that node end when their daemon "
-          "loses mpirun. Check that node, then rerun without it (-H/--hostfile) or resume from the "
-          "last checkpoint.\n",
-          abort_grace_seconds);
-      // mpirun's own children (the ranks on this node, helpers) would be left orphaned: end them too.
-      ::kill(pid, SIGSTOP);
-      for (pid_t d : descendants(pid)) ::kill(d, SIGKILL);
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      ::close(errpipe[0]);
+    if (deadline && Clock::now() > *deadline) {
+      int rc = end_stuck_abort(pid, abort_grace_seconds);
       g_child.store(0);
-      return 1;
+      return rc;
     }
   }
 }

@@ -91,20 +91,11 @@ EnvVars tuning_variables(const EnvVars& tuning) {
   return out;
 }
 
-LaunchPlan build_launch_plan(const LaunchOptions& o, const LaunchEnvironment& env) {
-  LaunchPlan plan;
-  if (o.command.empty())
-    throw InvalidArgumentError(
-        "no program given: put it after the options, e.g. 'hvdrun -np 4 ./train --epochs 3' "
-        "(use '--' before it if it starts with '-').");
-  if (o.launcher != "mpirun" && o.launcher != "srun")
-    throw InvalidArgumentError("--launcher='" + o.launcher +
-                               "' is not valid: expected mpirun or srun.");
+namespace {
 
-  std::optional<int> np;
-  if (o.num_proc) np = static_cast<int>(parse_int("-np", *o.num_proc, 1, 1 << 24));
-
-  // Hosts, in order of precedence.
+// The hosts, in order of precedence: -H, --hostfile, the SLURM allocation, localhost with -np.
+void resolve_hosts(const LaunchOptions& o, const LaunchEnvironment& env, std::optional<int> np,
+                   LaunchPlan& plan) {
   if (!o.hosts.empty() && !o.hostfile.empty())
     throw InvalidArgumentError("-H and --hostfile both given: choose one.");
   if (!o.hosts.empty()) {
@@ -131,67 +122,102 @@ LaunchPlan build_launch_plan(const LaunchOptions& o, const LaunchEnvironment& en
                                std::to_string(slots) + " slots of the hosts (" + plan.hosts_from +
                                ": " + cluster::format_host_spec(plan.hosts) +
                                "): lower -np, give more slots, or pass --oversubscribe.");
+}
 
-  const std::vector<std::string> user_args = split_args(o.mpi_args);
+// Variables for the ranks: what the tuning flags set, and the caller's variables to forward.
+struct RankVariables {
+  EnvVars set;
+  std::vector<std::string> forwarded;  // sorted: a stable command line
+};
 
-  // Variables for the ranks: tuning flags first; the caller's NCCL_/HVD_/HOROVOD_ variables are
-  // forwarded unless a flag sets the same variable (or its HOROVOD_ spelling, which the runtime
-  // would otherwise find in disagreement with the flag's value).
-  EnvVars set_vars = tuning_variables(o.tuning);
+// Tuning flags first; the caller's NCCL_/HVD_/HOROVOD_ variables are forwarded unless a flag sets
+// the same variable (or its HOROVOD_ spelling, which the runtime would otherwise find in
+// disagreement with the flag's value).
+RankVariables rank_variables(const LaunchOptions& o, const LaunchEnvironment& env) {
+  RankVariables v;
+  v.set = tuning_variables(o.tuning);
   std::set<std::string> caller_names;
   for (const auto& kv : env.variables) caller_names.insert(kv.first);
-  for (size_t i = 0, n = set_vars.size(); i < n; ++i) {
-    std::string alias = alias_of(set_vars[i].first);
-    if (caller_names.count(alias)) set_vars.emplace_back(alias, set_vars[i].second);
+  for (size_t i = 0, n = v.set.size(); i < n; ++i) {
+    std::string alias = alias_of(v.set[i].first);
+    if (caller_names.count(alias)) v.set.emplace_back(alias, v.set[i].second);
   }
-  if (!o.network_interface.empty())
-    set_vars.emplace_back("NCCL_SOCKET_IFNAME", o.network_interface);
+  if (!o.network_interface.empty()) v.set.emplace_back("NCCL_SOCKET_IFNAME", o.network_interface);
   std::set<std::string> set_names;
-  for (const auto& kv : set_vars) set_names.insert(kv.first);
-  std::vector<std::string> forwarded;
-  for (const auto& name : caller_names)  // sorted: a stable command line
-    if (is_forwarded_name(name) && !set_names.count(name)) forwarded.push_back(name);
+  for (const auto& kv : v.set) set_names.insert(kv.first);
+  for (const auto& name : caller_names)
+    if (is_forwarded_name(name) && !set_names.count(name)) v.forwarded.push_back(name);
+  return v;
+}
 
-  const bool mpirun = o.launcher == "mpirun";
+void mpirun_command(const LaunchOptions& o, const LaunchEnvironment& env,
+                    const std::vector<std::string>& user_args, const RankVariables& vars,
+                    LaunchPlan& plan) {
   auto& a = plan.argv;
-  if (mpirun) {
-    auto custom = env.lookup ? env.lookup("HVD_MPIRUN") : std::nullopt;
-    a.push_back(custom && !custom->empty() ? *custom : "mpirun");
-    a.insert(a.end(), {"-np", std::to_string(plan.num_proc)});
-    a.insert(a.end(), {"-H", cluster::format_host_spec(plan.hosts)});
-    if (!mentions(user_args, {"bind-to", "bind_to"}, "hwloc_base_binding_policy"))
-      a.insert(a.end(), {"--bind-to", "none"});
-    if (!mentions(user_args, {"map-by", "map_by", "npernode", "npersocket", "ppr"},
-                  "rmaps_base_mapping_policy"))
-      a.insert(a.end(), {"--map-by", "slot"});
-    if (o.oversubscribe) a.push_back("--oversubscribe");
-    if (!o.network_interface.empty()) {
-      a.insert(a.end(), {"--mca", "btl_tcp_if_include", o.network_interface});
-      a.insert(a.end(), {"--mca", "oob_tcp_if_include", o.network_interface});
-    }
-    for (const auto& [k, v] : set_vars) a.insert(a.end(), {"-x", k + "=" + v});
-    for (const auto& k : forwarded) a.insert(a.end(), {"-x", k});
-    if (env.is_root) {
-      plan.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
-      plan.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-    }
-  } else {
-    // srun propagates its whole environment (--export=ALL by default), so variables are set in
-    // srun's environment; forwarded ones are already there.
-    a.insert(a.end(), {"srun", "--mpi=pmix", "-n", std::to_string(plan.num_proc)});
-    if (plan.hosts_from != "SLURM allocation") {
-      std::string nodes;
-      for (const auto& h : plan.hosts) nodes += (nodes.empty() ? "" : ",") + h.host;
-      a.push_back("--nodelist=" + nodes);
-    }
-    if (!mentions(user_args, {"cpu-bind", "cpu_bind"}, "")) a.push_back("--cpu-bind=none");
-    if (o.oversubscribe) a.push_back("--overcommit");
-    plan.env = set_vars;
-    if (!o.network_interface.empty()) {
-      plan.env.emplace_back("OMPI_MCA_btl_tcp_if_include", o.network_interface);
-      plan.env.emplace_back("OMPI_MCA_oob_tcp_if_include", o.network_interface);
-    }
+  auto custom = env.lookup ? env.lookup("HVD_MPIRUN") : std::nullopt;
+  a.push_back(custom && !custom->empty() ? *custom : "mpirun");
+  a.insert(a.end(), {"-np", std::to_string(plan.num_proc)});
+  a.insert(a.end(), {"-H", cluster::format_host_spec(plan.hosts)});
+  if (!mentions(user_args, {"bind-to", "bind_to"}, "hwloc_base_binding_policy"))
+    a.insert(a.end(), {"--bind-to", "none"});
+  if (!mentions(user_args, {"map-by", "map_by", "npernode", "npersocket", "ppr"},
+                "rmaps_base_mapping_policy"))
+    a.insert(a.end(), {"--map-by", "slot"});
+  if (o.oversubscribe) a.push_back("--oversubscribe");
+  if (!o.network_interface.empty()) {
+    a.insert(a.end(), {"--mca", "btl_tcp_if_include", o.network_interface});
+    a.insert(a.end(), {"--mca", "oob_tcp_if_include", o.network_interface});
   }
+  for (const auto& [k, v] : vars.set) a.insert(a.end(), {"-x", k + "=" + v});
+  for (const auto& k : vars.forwarded) a.insert(a.end(), {"-x", k});
+  if (env.is_root) {
+    plan.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT", "1");
+    plan.env.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+  }
+}
+
+// srun propagates its whole environment (--export=ALL by default), so variables are set in srun's
+// environment; forwarded ones are already there.
+void srun_command(const LaunchOptions& o, const std::vector<std::string>& user_args,
+                  const RankVariables& vars, LaunchPlan& plan) {
+  auto& a = plan.argv;
+  a.insert(a.end(), {"srun", "--mpi=pmix", "-n", std::to_string(plan.num_proc)});
+  if (plan.hosts_from != "SLURM allocation") {
+    std::string nodes;
+    for (const auto& h : plan.hosts) nodes += (nodes.empty() ? "" : ",") + h.host;
+    a.push_back("--nodelist=" + nodes);
+  }
+  if (!mentions(user_args, {"cpu-bind", "cpu_bind"}, "")) a.push_back("--cpu-bind=none");
+  if (o.oversubscribe) a.push_back("--overcommit");
+  plan.env = vars.set;
+  if (!o.network_interface.empty()) {
+    plan.env.emplace_back("OMPI_MCA_btl_tcp_if_include", o.network_interface);
+    plan.env.emplace_back("OMPI_MCA_oob_tcp_if_include", o.network_interface);
+  }
+}
+
+}  // namespace
+
+LaunchPlan build_launch_plan(const LaunchOptions& o, const LaunchEnvironment& env) {
+  LaunchPlan plan;
+  if (o.command.empty())
+    throw InvalidArgumentError(
+        "no program given: put it after the options, e.g. 'hvdrun -np 4 ./train --epochs 3' "
+        "(use '--' before it if it starts with '-').");
+  if (o.launcher != "mpirun" && o.launcher != "srun")
+    throw InvalidArgumentError("--launcher='" + o.launcher +
+                               "' is not valid: expected mpirun or srun.");
+  std::optional<int> np;
+  if (o.num_proc) np = static_cast<int>(parse_int("-np", *o.num_proc, 1, 1 << 24));
+  resolve_hosts(o, env, np, plan);
+
+  const std::vector<std::string> user_args = split_args(o.mpi_args);
+  const RankVariables vars = rank_variables(o, env);
+  if (o.launcher == "mpirun")
+    mpirun_command(o, env, user_args, vars, plan);
+  else
+    srun_command(o, user_args, vars, plan);
+  auto& a = plan.argv;
   a.insert(a.end(), user_args.begin(), user_args.end());
   plan.command_index = a.size();
   a.insert(a.end(), o.command.begin(), o.command.end());
