@@ -1,3 +1,6 @@
+// Element values and checks of allreduce_bench. The half and bfloat16 conversions repeat those of
+// hvd's common/dtype_math.cc on purpose: the bench uses the public API only, and checks hvd's
+// results against an independent implementation.
 #include "elements.h"
 
 #include <algorithm>
