@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "cluster/env_resolver.h"
+#include "comm/mpi_control_channel.h"
 #include "hvd/error.h"
 #include "common/dtype_math.h"
 #include "ops/hierarchical/hierarchical_ops.h"
@@ -200,7 +201,8 @@ Runtime::Runtime(const Config& config) : config_(config) {
     co.announce_lost = [this](const std::vector<int>& lost) { announce_lost(lost); };
   }
   const auto& topo = mpi_->topology();
-  controller_ = std::make_unique<Controller>(mpi_->world(), topo.rank, topo.size, co, queue_);
+  controller_ = std::make_unique<Controller>(
+      std::make_unique<comm::MpiControlChannel>(mpi_->world()), co, queue_);
   HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local "
                  << topo.local_rank << "/" << topo.local_size << ", cross " << topo.cross_rank
                  << "/" << topo.cross_size

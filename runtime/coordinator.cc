@@ -1,0 +1,268 @@
+#include "runtime/coordinator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace hvd {
+namespace {
+
+std::string fmt_double(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+std::string who(const Request& q) { return "rank " + std::to_string(q.rank); }
+
+// Why rank b's request for `name` does not match rank a's; "" when it does.
+std::string mismatch(const Request& a, const Request& b, const std::string& name) {
+  const std::string op = request_type_name(a.type);
+  if (b.type != a.type)
+    return who(b) + " called " + request_type_name(b.type) + ", " + who(a) + " called " + op +
+           ". Every rank must call the same collective for '" + name + "'.";
+  if (b.dtype != a.dtype)
+    return who(b) + " sent dtype " + dtype_name(b.dtype) + ", " + who(a) + " sent " +
+           dtype_name(a.dtype) + ". Every rank must pass the same dtype for '" + name + "'.";
+  if (b.device.kind != a.device.kind)
+    return who(b) + " sent a " + device_name(b.device) + " tensor, " + who(a) + " a " +
+           device_name(a.device) + " tensor. Every rank must pass '" + name +
+           "' on the same kind of device.";
+  const bool first_free = a.type == RequestType::kAllgather || a.type == RequestType::kAlltoall;
+  const bool shape_ok =
+      first_free ? (b.shape.size() == a.shape.size() &&
+                    std::equal(b.shape.begin() + (b.shape.empty() ? 0 : 1), b.shape.end(),
+                               a.shape.begin() + (a.shape.empty() ? 0 : 1)))
+                 : b.shape == a.shape;
+  if (!shape_ok)
+    return who(b) + " sent shape " + shape_string(b.shape) + ", " + who(a) + " sent " +
+           shape_string(a.shape) +
+           (first_free ? ". Only the first dimension may differ between ranks for " + op + "."
+                       : ". Every rank must pass the same shape for '" + name + "'.");
+  if (a.type == RequestType::kAllreduce || a.type == RequestType::kReducescatter) {
+    if (b.reduce_op != a.reduce_op)
+      return who(b) + " asked for reduce op " + reduce_op_name(b.reduce_op) + ", " + who(a) +
+             " for " + reduce_op_name(a.reduce_op) +
+             ". Every rank must use the same reduce op for '" + name + "'.";
+    if (b.prescale != a.prescale || b.postscale != a.postscale)
+      return who(b) + " sent prescale " + fmt_double(b.prescale) + " and postscale " +
+             fmt_double(b.postscale) + ", " + who(a) + " sent prescale " + fmt_double(a.prescale) +
+             " and postscale " + fmt_double(a.postscale) +
+             ". Every rank must use the same scale factors for '" + name + "'.";
+  }
+  if (a.type == RequestType::kBroadcast && b.root != a.root)
+    return who(b) + " gave root " + std::to_string(b.root) + ", " + who(a) + " gave root " +
+           std::to_string(a.root) + ". Every rank must name the same root for '" + name + "'.";
+  if (b.group != a.group || b.group_size != a.group_size)
+    return who(b) + " submitted it in group '" + b.group + "' of " + std::to_string(b.group_size) +
+           ", " + who(a) + " in group '" + a.group + "' of " + std::to_string(a.group_size) + ".";
+  return "";
+}
+
+Response error_response(const std::string& name, const std::vector<int64_t>& shape,
+                        const std::string& message) {
+  Response err;
+  err.type = ResponseType::kError;
+  err.names = {name};
+  err.shapes = {shape};
+  err.error = message;
+  return err;
+}
+
+}  // namespace
+
+void Coordinator::add(std::vector<Request>&& requests) {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& r : requests) add_one(std::move(r), now);
+}
+
+void Coordinator::add_one(Request&& r, std::chrono::steady_clock::time_point now) {
+  if (r.type == RequestType::kJoin) {
+    joined_ranks_.insert(r.rank);
+    last_joined_ = r.rank;
+    return;
+  }
+  auto [it, inserted] = table_.try_emplace(r.name);
+  TableEntry& e = it->second;
+  if (inserted) {
+    e.requests.assign(size_, Request{});
+    for (auto& q : e.requests) q.rank = -1;
+    e.first_seen = std::chrono::steady_clock::now();
+    arrival_.push_back(r.name);
+  }
+  if (r.rank < 0 || r.rank >= size_ || e.requests[r.rank].rank != -1) return;
+  // The stall clock starts at the first submission on any rank (the sender says how long ago).
+  const double waited =
+      std::isfinite(r.waited_seconds) ? std::clamp(r.waited_seconds, 0.0, 1e7) : 0.0;
+  e.first_seen =
+      std::min(e.first_seen, now - std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                       std::chrono::duration<double>(waited)));
+  ++e.count;
+  e.requests[r.rank] = std::move(r);
+}
+
+void Coordinator::fail_stalled(const std::vector<std::pair<std::string, std::string>>& failures,
+                               const std::string& shutdown_reason) {
+  stall_failures_.insert(stall_failures_.end(), failures.begin(), failures.end());
+  if (!shutdown_reason.empty()) shutdown_notice_ = shutdown_reason;
+  has_notices_ = true;
+}
+
+std::vector<Response> Coordinator::ready() {
+  std::vector<Response> out;
+  has_notices_ = false;
+  release_stall_failures(out);
+  release_ready(out);
+  release_groups(out);
+  release_join(out);
+  return out;
+}
+
+void Coordinator::release_stall_failures(std::vector<Response>& out) {
+  for (const auto& [name, message] : stall_failures_) {
+    auto it = table_.find(name);
+    if (it == table_.end()) continue;
+    const Request* any = nullptr;
+    for (const auto& q : it->second.requests)
+      if (q.rank != -1) any = &q;
+    out.push_back(error_response(name, any ? any->shape : std::vector<int64_t>{},
+                                 std::string(any ? request_type_name(any->type) : "collective") +
+                                     " of '" + name + "' failed: " + message));
+    table_.erase(it);
+    arrival_.erase(std::remove(arrival_.begin(), arrival_.end(), name), arrival_.end());
+  }
+  stall_failures_.clear();
+  if (!shutdown_notice_.empty()) {
+    out.push_back(error_response(kShutdownNotice, {}, shutdown_notice_));
+    shutdown_notice_.clear();
+  }
+}
+
+// Tensors every rank that has not joined has submitted, in order of first arrival; members of a
+// group wait in group_members_ for the rest of their group.
+void Coordinator::release_ready(std::vector<Response>& out) {
+  std::vector<std::string> still;
+  for (const auto& name : arrival_) {
+    TableEntry& e = table_[name];
+    bool ready = true;
+    for (int r = 0; r < size_ && ready; ++r)
+      ready = e.requests[r].rank != -1 || joined_ranks_.count(r);
+    if (!ready) {
+      still.push_back(name);
+      continue;
+    }
+    Response resp = build_response(name);
+    table_.erase(name);
+    if (!resp.group.empty()) {
+      group_members_[resp.group].push_back(std::move(resp));
+      continue;
+    }
+    out.push_back(std::move(resp));
+  }
+  arrival_.swap(still);
+}
+
+// Complete groups; a group with any failed member fails as a whole.
+void Coordinator::release_groups(std::vector<Response>& out) {
+  for (auto it = group_members_.begin(); it != group_members_.end();) {
+    auto& members = it->second;
+    if (static_cast<int>(members.size()) < group_sizes_[it->first]) {
+      ++it;
+      continue;
+    }
+    std::string error;
+    for (const auto& m : members)
+      if (m.type == ResponseType::kError && error.empty()) error = m.error;
+    group_sizes_.erase(it->first);
+    for (auto& m : members) {
+      if (!error.empty()) {
+        m.type = ResponseType::kError;
+        m.error = error;
+      }
+      out.push_back(std::move(m));
+    }
+    it = group_members_.erase(it);
+  }
+}
+
+void Coordinator::release_join(std::vector<Response>& out) {
+  if (joined_ranks_.empty() || static_cast<int>(joined_ranks_.size()) != size_) return;
+  Response j;
+  j.type = ResponseType::kJoin;
+  j.names = {"__hvd.join"};
+  j.shapes = {{}};
+  j.last_joined_rank = last_joined_;
+  j.contributors = 0;
+  out.push_back(std::move(j));
+  joined_ranks_.clear();
+  last_joined_ = -1;
+}
+
+Response Coordinator::build_response(const std::string& name) {
+  TableEntry& e = table_[name];
+  std::vector<const Request*> reqs;
+  for (const auto& q : e.requests)
+    if (q.rank != -1) reqs.push_back(&q);
+  const Request& a = *reqs.front();
+  if (!a.group.empty()) group_sizes_[a.group] = std::max(group_sizes_[a.group], a.group_size);
+  auto fail = [&](const std::string& why) {
+    Response err = error_response(
+        name, a.shape,
+        std::string(request_type_name(a.type)) + " of '" + name + "' failed: " + why);
+    err.group = a.group;
+    return err;
+  };
+  for (const Request* q : reqs)
+    if (!q->error.empty()) return fail(who(*q) + ": " + q->error);
+  for (const Request* q : reqs)
+    if (std::string why = mismatch(a, *q, name); !why.empty()) return fail(why);
+  if (!joined_ranks_.empty()) {
+    if (a.type == RequestType::kBroadcast && e.requests[a.root].rank == -1)
+      return fail("its root rank " + std::to_string(a.root) +
+                  " has already called join(), so it has no data to send.");
+    if (a.type == RequestType::kAlltoall && static_cast<int>(reqs.size()) < size_)
+      return fail(
+          "alltoall cannot run while ranks have called join(); call it before join() on every "
+          "rank.");
+  }
+  Response resp;
+  resp.type = static_cast<ResponseType>(a.type);
+  resp.names = {name};
+  resp.shapes = {a.shape};
+  resp.dtype = a.dtype;
+  resp.reduce_op = a.reduce_op;
+  resp.device_kind = a.device.kind;
+  resp.root = a.root;
+  resp.prescale = a.prescale;
+  resp.postscale = a.postscale;
+  resp.contributors = static_cast<int32_t>(reqs.size());
+  resp.group = a.group;
+  if (a.type == RequestType::kAllgather) {
+    resp.first_dims.assign(size_, 0);
+    for (const Request* q : reqs) resp.first_dims[q->rank] = q->shape.empty() ? 1 : q->shape[0];
+  }
+  return resp;
+}
+
+std::vector<Coordinator::Stall> Coordinator::stalled(double older_than_seconds) const {
+  std::vector<Stall> out;
+  auto now = std::chrono::steady_clock::now();
+  for (const auto& name : arrival_) {
+    const TableEntry& e = table_.at(name);
+    double age = std::chrono::duration<double>(now - e.first_seen).count();
+    if (age < older_than_seconds) continue;
+    Stall s;
+    s.name = name;
+    s.seconds = age;
+    for (int r = 0; r < size_; ++r) {
+      if (e.requests[r].rank != -1)
+        s.submitted_ranks.push_back(r);
+      else if (!joined_ranks_.count(r))
+        s.missing_ranks.push_back(r);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace hvd

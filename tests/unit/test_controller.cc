@@ -1,0 +1,454 @@
+// The controller's negotiation protocol over an in-process channel: 1-4 ranks as threads of this
+// process (tests/unit/in_process_channel.h), no MPI. Every rank runs its own Controller and checks
+// its own results; the main thread then checks that every rank saw the same response list.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hvd/error.h"
+#include "runtime/controller.h"
+#include "runtime/response_cache.h"
+#include "tests/unit/in_process_channel.h"
+
+namespace hvd {
+namespace {
+
+using testing::InProcessHub;
+using Clock = std::chrono::steady_clock;
+
+// One tensor of a (possibly fused) response, as a rank executed it.
+struct Seen {
+  ResponseType type;
+  std::string name;
+  std::vector<int64_t> shape;
+  int contributors;
+  std::string error;
+  int last_joined_rank;
+  std::vector<int64_t> first_dims;
+  size_t fused_with;  // tensors in the response it came in
+  bool operator==(const Seen&) const = default;
+};
+
+std::string describe(const std::vector<Seen>& seen) {
+  std::string out;
+  for (const auto& s : seen)
+    out += std::string(response_type_name(s.type)) + " " + s.name + " (" +
+           std::to_string(s.contributors) + ")" + (s.error.empty() ? "" : ": " + s.error) + "\n";
+  return out;
+}
+
+Request request(int rank, const std::string& name, RequestType type = RequestType::kAllreduce,
+                std::vector<int64_t> shape = {4}, DataType dtype = DataType::kFloat32) {
+  Request r;
+  r.rank = rank;
+  r.type = type;
+  r.name = name;
+  r.shape = std::move(shape);
+  r.dtype = dtype;
+  if (type == RequestType::kBroadcast) r.root = 0;
+  return r;
+}
+
+Request join_request(int rank) { return request(rank, "__hvd.join", RequestType::kJoin, {}); }
+
+// One rank: its queue and controller, and the helpers a test body uses.
+class Rank {
+ public:
+  Rank(InProcessHub& hub, int rank, const ControllerOptions& options)
+      : rank_(rank), size_(hub.size()), controller_(hub.channel(rank), options, queue_) {}
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  // Submits requests atomically (as one group would be).
+  void submit(std::vector<Request> requests) {
+    std::vector<TensorTableEntry> entries;
+    for (const auto& r : requests) {
+      TensorTableEntry e;
+      e.name = r.name;
+      e.type = r.type;
+      entries.push_back(std::move(e));
+    }
+    queue_.add(std::move(entries), std::move(requests));
+  }
+  void submit(Request r) { submit(std::vector<Request>{std::move(r)}); }
+
+  // One cycle; the tensors of its responses leave the queue (as the runtime's perform() takes
+  // them). Returns them.
+  std::vector<Seen> cycle(bool shutdown_requested = false, bool* shutdown = nullptr) {
+    bool any_shutdown = false;
+    std::vector<Response> responses = controller_.cycle(shutdown_requested, &any_shutdown);
+    if (shutdown) *shutdown = any_shutdown;
+    std::vector<Seen> out;
+    for (const auto& fused : responses)
+      for (const auto& r : split_response(fused)) {
+        out.push_back({r.type, r.names[0], r.shapes[0], r.contributors, r.error, r.last_joined_rank,
+                       r.first_dims, fused.names.size()});
+        queue_.take(r.names[0]);
+      }
+    seen_.insert(seen_.end(), out.begin(), out.end());
+    return out;
+  }
+
+  // Cycles until every one of `names` has had its response (every rank sees them in the same
+  // cycle, so every rank runs as many cycles); returns the responses of those cycles.
+  std::vector<Seen> until(const std::vector<std::string>& names) {
+    std::vector<Seen> out;
+    const auto give_up = Clock::now() + std::chrono::seconds(20);
+    auto done = [&] {
+      for (const auto& n : names) {
+        bool found = false;
+        for (const auto& s : out) found = found || s.name == n;
+        if (!found) return false;
+      }
+      return true;
+    };
+    while (!done()) {
+      if (Clock::now() > give_up)
+        throw std::runtime_error("rank " + std::to_string(rank_) + ": no response for " +
+                                 names.front() + " after 20 s; had:\n" + describe(out));
+      std::vector<Seen> got = cycle();
+      out.insert(out.end(), got.begin(), got.end());
+    }
+    return out;
+  }
+
+  Seen find(const std::vector<Seen>& seen, const std::string& name) const {
+    for (const auto& s : seen)
+      if (s.name == name) return s;
+    throw std::runtime_error("rank " + std::to_string(rank_) + ": no response for " + name);
+  }
+
+  const std::vector<Seen>& seen() const { return seen_; }
+  Controller& controller() { return controller_; }
+
+ private:
+  int rank_, size_;
+  TensorQueue queue_;
+  Controller controller_;
+  std::vector<Seen> seen_;
+};
+
+ControllerOptions test_options() {
+  ControllerOptions o;
+  o.peer_timeout_seconds = 10;  // a rank that fails its test stops; the others fail, not hang
+  o.coordinator_grace_seconds = 0.2;
+  return o;
+}
+
+// Runs `body` on `n` ranks (threads), each with its own controller on one hub. A rank whose body
+// throws fails the test with its message. Returns every rank's responses, by rank.
+std::vector<std::vector<Seen>> run_ranks(int n, const std::function<void(Rank&)>& body,
+                                         ControllerOptions options = test_options(),
+                                         InProcessHub* shared_hub = nullptr) {
+  InProcessHub own_hub(n);
+  InProcessHub& hub = shared_hub ? *shared_hub : own_hub;
+  std::vector<std::vector<Seen>> seen(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Rank rank(hub, r, options);
+        body(rank);
+        seen[r] = rank.seen();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << " of " << n << ": " << e.what();
+        hub.drop(r);  // the others see silence instead of waiting for this rank
+      }
+    });
+  for (auto& t : threads) t.join();
+  return seen;
+}
+
+void expect_same_everywhere(const std::vector<std::vector<Seen>>& seen) {
+  for (size_t r = 1; r < seen.size(); ++r)
+    EXPECT_EQ(seen[r], seen[0]) << "rank " << r << ":\n"
+                                << describe(seen[r]) << "rank 0:\n"
+                                << describe(seen[0]);
+}
+
+class ControllerTest : public ::testing::TestWithParam<int> {};
+class ControllerMismatchTest : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Ranks, ControllerTest, ::testing::Values(1, 2, 3, 4),
+                         ::testing::PrintToStringParamName());
+INSTANTIATE_TEST_SUITE_P(Ranks, ControllerMismatchTest, ::testing::Values(2, 3, 4),
+                         ::testing::PrintToStringParamName());
+
+TEST_P(ControllerTest, MatchingRequestsGiveTheSameResponsesOnEveryRank) {
+  const int n = GetParam();
+  auto seen = run_ranks(n, [](Rank& me) {
+    const int r = me.rank();
+    // Different submission orders on different ranks; allgather rows differ per rank.
+    if (r % 2) {
+      me.submit(request(r, "b"));
+      me.submit(request(r, "a"));
+    } else {
+      me.submit(request(r, "a"));
+      me.submit(request(r, "b"));
+    }
+    me.submit(request(r, "c", RequestType::kAllgather, {r + 1, 3}));
+    me.submit(request(r, "d", RequestType::kBroadcast, {2, 2}));
+    me.submit(request(r, "__hvd.barrier", RequestType::kBarrier, {}));
+    std::vector<Seen> got = me.until({"a", "b", "c", "d", "__hvd.barrier"});
+    for (const auto& s : got) {
+      EXPECT_TRUE(s.error.empty()) << s.error;
+      EXPECT_EQ(s.contributors, me.size()) << s.name;
+    }
+    EXPECT_EQ(me.find(got, "a").type, ResponseType::kAllreduce);
+    EXPECT_EQ(me.find(got, "a").shape, (std::vector<int64_t>{4}));
+    const Seen& c = me.find(got, "c");
+    EXPECT_EQ(c.type, ResponseType::kAllgather);
+    ASSERT_EQ(static_cast<int>(c.first_dims.size()), me.size());
+    for (int q = 0; q < me.size(); ++q) EXPECT_EQ(c.first_dims[q], q + 1);
+    EXPECT_EQ(me.find(got, "d").type, ResponseType::kBroadcast);
+    EXPECT_EQ(me.find(got, "__hvd.barrier").type, ResponseType::kBarrier);
+  });
+  expect_same_everywhere(seen);
+}
+
+void expect_mismatch(int n, const std::function<Request(int rank)>& make,
+                     const std::string& expected) {
+  auto seen = run_ranks(n, [&](Rank& me) {
+    me.submit(make(me.rank()));
+    std::vector<Seen> got = me.until({"t"});
+    const Seen& t = me.find(got, "t");
+    EXPECT_EQ(t.type, ResponseType::kError);
+    EXPECT_NE(t.error.find(expected), std::string::npos) << t.error;
+  });
+  expect_same_everywhere(seen);
+}
+
+TEST_P(ControllerMismatchTest, DtypeMismatchIsOneErrorEverywhere) {
+  expect_mismatch(
+      GetParam(),
+      [](int r) {
+        return request(r, "t", RequestType::kAllreduce, {4},
+                       r == 1 ? DataType::kFloat64 : DataType::kFloat32);
+      },
+      "rank 1 sent dtype float64");
+}
+
+TEST_P(ControllerMismatchTest, ShapeMismatchIsOneErrorEverywhere) {
+  expect_mismatch(
+      GetParam(), [](int r) { return request(r, "t", RequestType::kAllreduce, {r == 1 ? 5 : 4}); },
+      "rank 1 sent shape");
+}
+
+TEST_P(ControllerMismatchTest, ReduceOpMismatchIsOneErrorEverywhere) {
+  expect_mismatch(
+      GetParam(),
+      [](int r) {
+        Request q = request(r, "t");
+        if (r == 1) q.reduce_op = ReduceOp::kMax;
+        return q;
+      },
+      "rank 1 asked for reduce op");
+}
+
+TEST_P(ControllerMismatchTest, CollectiveMismatchIsOneErrorEverywhere) {
+  expect_mismatch(
+      GetParam(),
+      [](int r) {
+        return request(r, "t", r == 1 ? RequestType::kBroadcast : RequestType::kAllreduce);
+      },
+      "rank 1 called broadcast");
+}
+
+TEST_P(ControllerTest, GroupIsReleasedOnlyWhenWholeGroupIsReady) {
+  const int n = GetParam();
+  auto member = [](int r, int i) {
+    Request q = request(r, "g." + std::to_string(i));
+    q.group = "g";
+    q.group_size = 3;
+    return q;
+  };
+  auto seen = run_ranks(n, [&](Rank& me) {
+    const int r = me.rank();
+    const int late = me.size() - 1;  // this rank submits the last member later
+    if (r == late) {
+      me.submit(std::vector<Request>{member(r, 0), member(r, 1)});
+    } else {
+      me.submit(std::vector<Request>{member(r, 0), member(r, 1), member(r, 2)});
+    }
+    // Several cycles, the same number on every rank: nothing of the group may be released.
+    for (int i = 0; i < 20; ++i) {
+      std::vector<Seen> got = me.cycle();
+      EXPECT_TRUE(got.empty()) << describe(got);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (r == late) me.submit(member(r, 2));
+    std::vector<Seen> got = me.until({"g.0", "g.1", "g.2"});
+    ASSERT_EQ(got.size(), 3u) << describe(got);  // all in one cycle
+    for (const auto& s : got) {
+      EXPECT_EQ(s.type, ResponseType::kAllreduce);
+      EXPECT_EQ(s.fused_with, 3u);  // fused as one unit
+      EXPECT_EQ(s.contributors, me.size());
+    }
+  });
+  expect_same_everywhere(seen);
+}
+
+TEST_P(ControllerTest, JoinCountsContributorsAndNamesTheLastRank) {
+  const int n = GetParam();
+  auto seen = run_ranks(n, [](Rank& me) {
+    const int r = me.rank(), n = me.size();
+    if (n > 1) {
+      // The last rank joins at once; the others allreduce "x" without it.
+      me.submit(r == n - 1 ? join_request(r) : request(r, "x"));
+      EXPECT_EQ(me.find(me.until({"x"}), "x").contributors, n - 1);
+      // Then every rank but 0 joins; rank 0's "y" runs alone once they have.
+      if (r == 0)
+        me.submit(request(r, "y"));
+      else if (r != n - 1)
+        me.submit(join_request(r));
+      EXPECT_EQ(me.find(me.until({"y"}), "y").contributors, 1);
+    }
+    if (r == 0) me.submit(join_request(r));
+    const Seen& j = me.find(me.until({"__hvd.join"}), "__hvd.join");
+    EXPECT_EQ(j.type, ResponseType::kJoin);
+    EXPECT_EQ(j.last_joined_rank, 0);
+    // After the join, every rank contributes again.
+    me.submit(request(r, "z"));
+    EXPECT_EQ(me.find(me.until({"z"}), "z").contributors, n);
+  });
+  expect_same_everywhere(seen);
+}
+
+TEST_P(ControllerTest, CacheServesRepeatsEverywhereAndChangedParametersEvict) {
+  const int n = GetParam();
+  InProcessHub hub(n);
+  const std::vector<std::string> names = {"a", "b", "c"};
+  auto seen = run_ranks(
+      n,
+      [&](Rank& me) {
+        const int r = me.rank();
+        for (const auto& name : names) me.submit(request(r, name));
+        me.until(names);
+        const int slow_paths = hub.gathers(r);
+        // Again, in another order on odd ranks: served from the cache (no gather), in the cache's
+        // order, on every rank.
+        for (int i = 0; i < 3; ++i) me.submit(request(r, names[r % 2 ? 2 - i : i]));
+        std::vector<Seen> again = me.until(names);
+        EXPECT_EQ(hub.gathers(r), slow_paths) << "the repeat took the slow path";
+        for (const auto& s : again) EXPECT_EQ(s.contributors, me.size());
+        // "b" with another shape on rank 0 only: an error everywhere (with more than one rank),
+        // and "b" leaves every cache.
+        me.submit(request(r, "b", RequestType::kAllreduce, {r == 0 ? 8 : 4}));
+        const Seen& b = me.find(me.until({"b"}), "b");
+        EXPECT_EQ(b.type, me.size() > 1 ? ResponseType::kError : ResponseType::kAllreduce)
+            << b.error;
+        // The original "b" again: not in any cache, so the slow path.
+        const int before = hub.gathers(r);
+        me.submit(request(r, "b"));
+        const Seen& b2 = me.find(me.until({"b"}), "b");
+        EXPECT_EQ(b2.type, ResponseType::kAllreduce) << b2.error;
+        EXPECT_GT(hub.gathers(r), before) << "an evicted entry was served from the cache";
+        // A changed shape everywhere: evicted and renegotiated, with the new shape.
+        me.submit(request(r, "a", RequestType::kAllreduce, {6}));
+        const Seen& a = me.find(me.until({"a"}), "a");
+        EXPECT_EQ(a.type, ResponseType::kAllreduce) << a.error;
+        EXPECT_EQ(a.shape, (std::vector<int64_t>{6}));
+        // And that one is cached in turn.
+        const int after = hub.gathers(r);
+        me.submit(request(r, "a", RequestType::kAllreduce, {6}));
+        me.until({"a"});
+        EXPECT_EQ(hub.gathers(r), after);
+      },
+      test_options(), &hub);
+  expect_same_everywhere(seen);
+}
+
+TEST_P(ControllerTest, ShutdownOfOneRankStopsEveryRank) {
+  const int n = GetParam();
+  run_ranks(n, [](Rank& me) {
+    bool shutdown = false;
+    for (int i = 0; i < 10000 && !shutdown; ++i) me.cycle(me.rank() == me.size() - 1, &shutdown);
+    EXPECT_TRUE(shutdown);
+  });
+}
+
+// A rank that stops answering: every other rank fails with a CommunicationError naming it.
+void expect_lost(int n, int dropped) {
+  InProcessHub hub(n);
+  ControllerOptions o = test_options();
+  o.peer_timeout_seconds = 0.3;
+  o.unresponsive = [&hub](const std::vector<int>& ranks) { return hub.unresponsive(ranks); };
+  std::mutex mu;
+  std::vector<std::vector<int>> announced;
+  o.announce_lost = [&](const std::vector<int>& lost) {
+    std::lock_guard<std::mutex> lock(mu);
+    announced.push_back(lost);
+  };
+  std::atomic<int> failed{0};
+  run_ranks(
+      n,
+      [&](Rank& me) {
+        const int r = me.rank();
+        me.submit(request(r, "first"));
+        me.until({"first"});
+        if (r == dropped) {
+          hub.drop(r);
+          return;
+        }
+        try {
+          me.submit(request(r, "second"));
+          me.until({"second"});
+          ADD_FAILURE() << "rank " << r << ": no error after rank " << dropped << " was dropped";
+        } catch (const CommunicationError& e) {
+          const std::string want = "rank " + std::to_string(dropped) + " was lost";
+          EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+          ++failed;
+        }
+      },
+      o, &hub);
+  EXPECT_EQ(failed, n - 1);
+  if (dropped != 0) {
+    ASSERT_EQ(announced.size(), 1u);
+    EXPECT_EQ(announced[0], std::vector<int>{dropped});
+  }
+}
+
+TEST(ControllerLostRank, DroppedRankIsNamedByEveryOtherRank) {
+  expect_lost(2, 1);
+  expect_lost(3, 1);
+  expect_lost(4, 2);
+}
+
+TEST(ControllerLostRank, DroppedCoordinatorIsNamedByEveryOtherRank) {
+  expect_lost(2, 0);
+  expect_lost(3, 0);
+}
+
+// Silence alone is not death: a rank that misses the deadline but answers the liveness probe gets
+// more time, and the cycle completes.
+TEST(ControllerLostRank, SlowRankThatAnswersTheProbeIsWaitedFor) {
+  const int n = 3;
+  ControllerOptions o = test_options();
+  o.peer_timeout_seconds = 0.2;
+  std::atomic<int> probes{0};
+  o.unresponsive = [&probes](const std::vector<int>&) {
+    ++probes;
+    return std::vector<int>{};
+  };
+  auto seen = run_ranks(
+      n,
+      [](Rank& me) {
+        me.submit(request(me.rank(), "first"));
+        me.until({"first"});
+        if (me.rank() == 2) std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        me.submit(request(me.rank(), "second"));
+        EXPECT_EQ(me.find(me.until({"second"}), "second").contributors, 3);
+      },
+      o);
+  EXPECT_GT(probes, 0);
+  expect_same_everywhere(seen);
+}
+
+}  // namespace
+}  // namespace hvd
