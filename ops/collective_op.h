@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "hvd/error.h"
 #include "hvd/tensor.h"
 
 namespace hvd::ops {
@@ -78,5 +79,26 @@ class CollectiveOp {
 
 // The factor applied after the reduction: postscale, divided by the contributors for kAverage.
 double post_factor(const OpBatch& batch);
+
+// Bytes of one row of the first dimension (the product of the other dimensions times the element
+// size): allgather and alltoall move whole rows. A scalar is one row of one element.
+inline int64_t row_bytes(const TensorRef& t) {
+  const auto& shape = t.shape();
+  int64_t elems = 1;
+  for (size_t d = 1; d < shape.size(); ++d) elems *= shape[d];
+  return elems * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
+// The data plane's own check that a CUDA tensor of entry `e` is on this process's device `device`
+// (the runtime's validation normally catches it first): throws InvalidArgumentError
+// "<op> of '<name>' failed: the tensor is on cuda:1 but this process uses cuda:0 ...".
+inline void check_device(const OpBatch& batch, const OpEntry& e, const TensorRef& t, int device) {
+  if (t.device().kind != Device::kCUDA || t.device().index == device) return;
+  throw InvalidArgumentError(std::string(collective_name(batch.type)) + " of '" + e.name +
+                             "' failed: the tensor is on " + device_name(t.device()) +
+                             " but this process uses " + device_name(Device::cuda(device)) +
+                             " (local rank modulo the visible devices). Allocate it on that "
+                             "device.");
+}
 
 }  // namespace hvd::ops

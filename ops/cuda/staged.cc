@@ -26,11 +26,7 @@ void StagedOp::execute(OpBatch& batch) {
     const TensorRef& t = bcast ? e.output : e.input;
     for (const TensorRef* r : {&e.input, &e.output}) {
       if (r->device().kind != Device::kCUDA) continue;
-      if (r->device().index != cuda_.device())
-        throw InvalidArgumentError(
-            std::string(collective_name(batch.type)) + " of '" + e.name +
-            "' failed: the tensor is on " + device_name(r->device()) + " but this process uses " +
-            device_name(Device::cuda(cuda_.device())) + ". Allocate it on that device.");
+      check_device(batch, e, *r, cuda_.device());
       streams.push_back(r->stream());
     }
     sizes.push_back(t.device().kind == Device::kCUDA ? static_cast<int64_t>(t.size_bytes()) : 0);

@@ -1,20 +1,25 @@
 // Hierarchical all-reduce over MPI for CPU tensors; the algorithm is described in
 // hierarchical_ops.h.
 //
-// A single tensor is reduced in place in its output (copied there first, prescaled, when it is not
-// already in place); a fused batch in the fusion buffer (prescale applied while packing, postscale
-// while unpacking), as on the flat path. The rings use MPI_BYTE messages of at most 1 MiB, so no
-// MPI count limit applies.
+// The skeleton is ops/fused_allreduce.h's: a single tensor is reduced in place in its output
+// (copied there first, prescaled, when it is not already in place); a fused batch in the fusion
+// buffer (prescale applied while packing, postscale while unpacking), as on the flat path. The
+// rings use MPI_BYTE messages of at most 1 MiB, so no MPI count limit applies.
+//
+// HVD_COMPRESSION: the batch is cast into the fusion buffer as fp16/bf16 (prescale folded in), the
+// rings run on the 16-bit values (each ring step reduces in float and rounds to 16 bits, as on the
+// NCCL path), and the result is cast back with the postscale (and 1/contributors) folded in. The
+// flat path rounds once instead (ops/mpi/allreduce.cc); the rings cannot, as partial sums travel
+// between ranks.
 #include <algorithm>
 #include <chrono>
 #include <limits>
 #include <memory>
-#include <thread>
 
+#include "common/backoff.h"
 #include "common/dtype_math.h"
-#include "ops/hierarchical/hierarchical_ops.h"
-#include "ops/mpi/mpi_ops.h"
 #include "common/logging.h"
+#include "ops/hierarchical/hierarchical_ops.h"
 
 namespace hvd::ops::hierarchical {
 
@@ -24,7 +29,7 @@ HierarchicalPlan plan(const comm::MpiTopology& t) {
 
 MpiHierarchicalAllreduce::MpiHierarchicalAllreduce(const comm::MpiContext& ctx,
                                                    FusionBuffer& buffer)
-    : ctx_(ctx), buffer_(buffer), plan_(plan(ctx.topology())) {
+    : FusedAllreduce(HostMemory(buffer)), ctx_(ctx), plan_(plan(ctx.topology())) {
   if (ctx_.topology().rank == 0) {
     if (plan_.use)
       HVD_LOG(Info) << plan_.reason;
@@ -168,7 +173,7 @@ class MpiHierarchicalAllreduce::RingOp {
 // Pipelined: the buffer is cut into chunks of ~8 MiB and at each stage the in-node reduce-scatter
 // of chunk c, the cross-node phase of chunk c-1 and the in-node all-gather of chunk c-2 progress
 // together, so the in-node passes (memory) overlap the cross-node one (network).
-void MpiHierarchicalAllreduce::reduce(char* buf, int64_t count, DataType dtype, ReduceOp op) {
+void MpiHierarchicalAllreduce::rings(char* buf, int64_t count, DataType dtype, ReduceOp op) {
   const auto& topo = ctx_.topology();
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
   const int lp = topo.local_size, lr = topo.local_rank, cp = topo.cross_size, cr = topo.cross_rank;
@@ -202,69 +207,26 @@ void MpiHierarchicalAllreduce::reduce(char* buf, int64_t count, DataType dtype, 
     if (stage < chunks) ops.push_back(local_op(stage, true));
     if (stage - 1 >= 0 && stage - 1 < chunks) ops.push_back(cross_op(stage - 1));
     if (stage - 2 >= 0) ops.push_back(local_op(stage - 2, false));
-    for (uint64_t spins = 0;; ++spins) {
+    // Spin briefly, then give the core away: ranks share cores with each other and with the
+    // kernel's network processing (and, in a trainer, with compute threads).
+    Backoff backoff(std::chrono::microseconds(20));
+    for (;;) {
       bool all = true;
       for (auto& o : ops) {
         o->poll();
         all = all && o->done();
       }
       if (all) break;
-      // Spin briefly, then give the core away: ranks share cores with each other and with the
-      // kernel's network processing (and, in a trainer, with compute threads).
-      if (spins > 20000)
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      else if (spins > 2000)
-        std::this_thread::yield();
+      backoff.pause();
     }
   }
 }
 
-void MpiHierarchicalAllreduce::execute(OpBatch& batch) {
-  const double post = post_factor(batch);
-  if (const DataType wire = wire_dtype(ctx_.compression(), batch.dtype); wire != batch.dtype) {
-    // HVD_COMPRESSION: the batch is cast into the fusion buffer as fp16/bf16 (prescale folded in),
-    // the rings run on the 16-bit values (each ring step reduces in float and rounds to 16 bits,
-    // as on the NCCL path), and the result is cast back with the postscale (and 1/contributors)
-    // folded in. The flat path rounds once instead (ops/mpi/allreduce.cc); the rings cannot, as
-    // partial sums travel between ranks.
-    const mpi::CompressedLayout layout = mpi::compressed_layout(batch);
-    if (layout.count == 0) return;
-    auto* buf =
-        static_cast<uint16_t*>(buffer_.get(static_cast<size_t>(layout.count) * sizeof(uint16_t)));
-    mpi::pack_compressed(batch, wire, layout, buf, batch.prescale);
-    reduce(reinterpret_cast<char*>(buf), layout.count, wire, batch.reduce_op);
-    mpi::unpack_compressed(batch, wire, layout, buf, post);
-    return;
-  }
-  if (batch.entries.size() == 1) {
-    OpEntry& e = batch.entries[0];
-    const int64_t n = e.output.num_elements();
-    if (n == 0) return;
-    if (batch.prescale != 1.0 || e.input.data() != e.output.data()) {
-      scale_copy(batch.dtype, e.input.data(), e.output.data(), static_cast<size_t>(n),
-                 batch.prescale);
-    }
-    reduce(static_cast<char*>(e.output.data()), n, batch.dtype, batch.reduce_op);
-    scale_buffer(batch.dtype, e.output.data(), static_cast<size_t>(n), post);
-    return;
-  }
-  std::vector<int64_t> sizes;
-  sizes.reserve(batch.entries.size());
-  for (const auto& e : batch.entries) sizes.push_back(static_cast<int64_t>(e.input.size_bytes()));
-  FusionLayout layout = fusion_layout(sizes, 1);
-  char* buf = static_cast<char*>(buffer_.get(static_cast<size_t>(layout.total_bytes)));
-  for (size_t i = 0; i < batch.entries.size(); ++i) {
-    const auto& e = batch.entries[i];
-    scale_copy(batch.dtype, e.input.data(), buf + layout.offsets[i],
-               static_cast<size_t>(e.input.num_elements()), batch.prescale);
-  }
-  const int64_t count = layout.total_bytes / static_cast<int64_t>(dtype_size(batch.dtype));
-  reduce(buf, count, batch.dtype, batch.reduce_op);
-  for (size_t i = 0; i < batch.entries.size(); ++i) {
-    auto& e = batch.entries[i];
-    scale_copy(batch.dtype, buf + layout.offsets[i], e.output.data(),
-               static_cast<size_t>(e.output.num_elements()), post);
-  }
+double MpiHierarchicalAllreduce::reduce(const void* in, void* out, int64_t count, DataType dtype,
+                                        const OpBatch& batch, double post) {
+  scale_copy(dtype, in, out, static_cast<size_t>(count), 1.0);  // in place: nothing
+  rings(static_cast<char*>(out), count, dtype, batch.reduce_op);
+  return post;
 }
 
 }  // namespace hvd::ops::hierarchical

@@ -19,12 +19,16 @@
 #include <vector>
 
 #include "hvd/config.h"
+#include "comm/mpi_context.h"
+#include "common/compression.h"
 #include "ops/collective_op.h"
+#include "ops/fused_allreduce.h"
 #include "ops/fusion_buffer.h"
 #include "ops/hierarchical/shards.h"
-#include "comm/mpi_context.h"
+#include "ops/host_memory.h"
 
 #if HVD_HAVE_NCCL
+#include "ops/cuda/device_memory.h"
 #include "ops/nccl/nccl_ops.h"
 #endif
 
@@ -33,24 +37,30 @@ namespace hvd::ops::hierarchical {
 // The plan for this process's topology (logs nothing).
 HierarchicalPlan plan(const comm::MpiTopology& topology);
 
-class MpiHierarchicalAllreduce : public CollectiveOp {
+// The skeleton of ops/fused_allreduce.h on host memory; HVD_COMPRESSION packs fp16/bf16 and the
+// rings run on the 16-bit values.
+class MpiHierarchicalAllreduce : public FusedAllreduce<HostMemory> {
  public:
   // Logs the plan's reason on rank 0 (info when on, warning when the request is ignored).
   MpiHierarchicalAllreduce(const comm::MpiContext& ctx, FusionBuffer& buffer);
   const char* name() const override { return "mpi_hierarchical_allreduce"; }
-  CollectiveType type() const override { return CollectiveType::kAllreduce; }
   bool enabled(const OpBatch& batch) const override {
     return plan_.use && batch.device.kind == Device::kCPU;
   }
-  void execute(OpBatch& batch) override;
+
+ protected:
+  double reduce(const void* in, void* out, int64_t count, DataType dtype, const OpBatch& batch,
+                double post) override;
+  DataType packed_dtype(const OpBatch& batch) const override {
+    return wire_dtype(ctx_.compression(), batch.dtype);
+  }
 
  private:
   class RingOp;  // allreduce.cc
   // The three steps, in place on `count` contiguous elements of buf (pipelined by chunks).
-  void reduce(char* buf, int64_t count, DataType dtype, ReduceOp op);
+  void rings(char* buf, int64_t count, DataType dtype, ReduceOp op);
 
   const comm::MpiContext& ctx_;
-  FusionBuffer& buffer_;
   // Per reducing phase (they run at the same time): two received segments waiting to be
   // reduced. The all-gather receives in place.
   FusionBuffer scratch_rs_, scratch_cross_;
@@ -58,16 +68,23 @@ class MpiHierarchicalAllreduce : public CollectiveOp {
 };
 
 #if HVD_HAVE_NCCL
-// Readiness, completion and device checks as every NCCL op (ops/nccl/nccl_ops.h).
-class NcclHierarchicalAllreduce : public nccl::NcclOp {
+// The skeleton of ops/fused_allreduce.h on device memory; every batch goes through the fusion
+// buffer, padded to a multiple of local_size (ncclReduceScatter and ncclAllGather need equal
+// shards). Readiness, completion and device checks as every NCCL op (ops/nccl/nccl_ops.h).
+class NcclHierarchicalAllreduce : public FusedAllreduce<cuda::DeviceMemory, nccl::NcclOp> {
  public:
   NcclHierarchicalAllreduce(nccl::NcclContext& ctx, cuda::Finalizer& finalizer);
   const char* name() const override { return "nccl_hierarchical_allreduce"; }
-  CollectiveType type() const override { return CollectiveType::kAllreduce; }
   bool enabled(const OpBatch& batch) const override {
     return plan_.use && batch.device.kind == Device::kCUDA;
   }
   void execute(OpBatch& batch) override;
+
+ protected:
+  double reduce(const void* in, void* out, int64_t count, DataType dtype, const OpBatch& batch,
+                double post) override;
+  bool reduce_directly(const OpBatch&) const override { return false; }
+  int64_t parts(const OpBatch&, DataType) const override;
 
  private:
   HierarchicalPlan plan_;

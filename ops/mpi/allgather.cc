@@ -10,14 +10,12 @@ namespace hvd::ops::mpi {
 void MpiAllgather::execute(OpBatch& batch) {
   OpEntry& e = batch.entries.at(0);
   const auto& shape = e.input.shape();
-  int64_t row_elems = 1;
-  for (size_t d = 1; d < shape.size(); ++d) row_elems *= shape[d];
-  const int64_t row_bytes = row_elems * static_cast<int64_t>(dtype_size(batch.dtype));
+  const int64_t row = row_bytes(e.input);
   const int size = ctx_.topology().size;
   std::vector<int> counts(size), displs(size);
   int64_t total_rows = 0, offset = 0;
   for (int r = 0; r < size; ++r) {
-    int64_t bytes = batch.first_dims.at(r) * row_bytes;
+    int64_t bytes = batch.first_dims.at(r) * row;
     if (bytes > std::numeric_limits<int>::max() || offset > std::numeric_limits<int>::max())
       throw InvalidArgumentError("allgather of '" + e.name + "' failed: " + std::to_string(bytes) +
                                  " bytes from rank " + std::to_string(r) +

@@ -10,9 +10,7 @@ namespace hvd::ops::mpi {
 void MpiAlltoall::execute(OpBatch& batch) {
   OpEntry& e = batch.entries.at(0);
   const auto& shape = e.input.shape();
-  int64_t row_elems = 1;
-  for (size_t d = 1; d < shape.size(); ++d) row_elems *= shape[d];
-  const int64_t row_bytes = row_elems * static_cast<int64_t>(dtype_size(batch.dtype));
+  const int64_t row = row_bytes(e.input);
   const int size = ctx_.topology().size;
   std::vector<int64_t> recv_rows(size);
   MPI_CHECK(MPI_Alltoall(e.splits.data(), 1, MPI_INT64_T, recv_rows.data(), 1, MPI_INT64_T,
@@ -26,12 +24,12 @@ void MpiAlltoall::execute(OpBatch& batch) {
     return static_cast<int>(v);
   };
   for (int r = 0; r < size; ++r) {
-    scounts[r] = check(e.splits[r] * row_bytes);
+    scounts[r] = check(e.splits[r] * row);
     sdispls[r] = check(soff);
-    soff += e.splits[r] * row_bytes;
-    rcounts[r] = check(recv_rows[r] * row_bytes);
+    soff += e.splits[r] * row;
+    rcounts[r] = check(recv_rows[r] * row);
     rdispls[r] = check(roff);
-    roff += recv_rows[r] * row_bytes;
+    roff += recv_rows[r] * row;
     total_rows += recv_rows[r];
   }
   std::vector<int64_t> out_shape = shape;

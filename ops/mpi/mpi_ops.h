@@ -4,9 +4,12 @@
 // memory, by the GPU path). Each op gets only the MPI context and, where it packs tensors, the
 // fusion buffer.
 
-#include "ops/collective_op.h"
-#include "ops/fusion_buffer.h"
 #include "comm/mpi_context.h"
+#include "common/compression.h"
+#include "ops/collective_op.h"
+#include "ops/fused_allreduce.h"
+#include "ops/fusion_buffer.h"
+#include "ops/host_memory.h"
 
 namespace hvd::ops::mpi {
 
@@ -19,19 +22,29 @@ class MpiOp : public CollectiveOp {
   const comm::MpiContext& ctx_;
 };
 
-// Allreduce; float32/float64 batches are compressed to fp16/bf16 under HVD_COMPRESSION
+// Allreduce: the skeleton of ops/fused_allreduce.h on host memory, reduced by MPI_Allreduce
+// (allreduce_chunked); float32/float64 batches are compressed to fp16/bf16 under HVD_COMPRESSION
 // (ctx.compression(); allreduce.cc describes the algorithm).
-class MpiAllreduce : public MpiOp {
+class MpiAllreduce : public FusedAllreduce<HostMemory, MpiOp> {
  public:
-  MpiAllreduce(const comm::MpiContext& ctx, FusionBuffer& buffer) : MpiOp(ctx), buffer_(buffer) {}
+  MpiAllreduce(const comm::MpiContext& ctx, FusionBuffer& buffer)
+      : FusedAllreduce(HostMemory(buffer), ctx) {}
   const char* name() const override { return "mpi_allreduce"; }
-  CollectiveType type() const override { return CollectiveType::kAllreduce; }
-  void execute(OpBatch& batch) override;
+
+ protected:
+  double reduce(const void* in, void* out, int64_t count, DataType dtype, const OpBatch& batch,
+                double post) override;
+  DataType packed_dtype(const OpBatch& batch) const override {
+    return wire_dtype(ctx_.compression(), batch.dtype);
+  }
+  // Compressed: the element count is padded to a multiple of the ranks (one block each).
+  int64_t parts(const OpBatch& batch, DataType packed) const override {
+    return packed != batch.dtype ? ctx_.topology().size : 1;
+  }
 
  private:
-  void execute_compressed(OpBatch& batch, DataType wire);
+  void reduce_compressed(uint16_t* buf, int64_t count, DataType wire, const OpBatch& batch);
 
-  FusionBuffer& buffer_;
   FusionBuffer scratch_;  // compressed path: the blocks every rank sends this rank
 };
 
@@ -71,20 +84,8 @@ class MpiReducescatter : public MpiOp {
   FusionBuffer& buffer_;
 };
 
-// HVD_COMPRESSION's packing, shared with the hierarchical all-reduce: where each entry of a batch
-// goes in a buffer of 16-bit elements (offsets in elements, no padding), and the casts into it
-// (input * factor, rounded once) and out of it (output = value * factor).
-struct CompressedLayout {
-  std::vector<int64_t> offsets;
-  int64_t count = 0;
-};
-CompressedLayout compressed_layout(const OpBatch& batch);
-void pack_compressed(const OpBatch& batch, DataType wire, const CompressedLayout& layout,
-                     uint16_t* buf, double factor);
-void unpack_compressed(OpBatch& batch, DataType wire, const CompressedLayout& layout,
-                       const uint16_t* buf, double factor);
-
-// MPI_Allreduce of `count` elements in chunks of at most comm::kMaxMpiCount; sendbuf may be MPI_IN_PLACE.
+// MPI_Allreduce of `count` elements in chunks of at most comm::kMaxMpiCount; sendbuf may be
+// MPI_IN_PLACE.
 void allreduce_chunked(const comm::MpiContext& ctx, const void* sendbuf, void* recvbuf,
                        int64_t count, DataType dtype, ReduceOp op, MPI_Comm comm);
 

@@ -13,16 +13,14 @@ void NcclAllgather::execute(OpBatch& batch) {
   cudaStream_t s = stream();
   OpEntry& e = batch.entries.at(0);
   const auto& shape = e.input.shape();
-  int64_t row_elems = 1;
-  for (size_t d = 1; d < shape.size(); ++d) row_elems *= shape[d];
-  const int64_t row_bytes = row_elems * static_cast<int64_t>(dtype_size(batch.dtype));
+  const int64_t row = row_bytes(e.input);
   const int size = ctx_.mpi().topology().size;
   const int me = ctx_.mpi().topology().rank;
   std::vector<int64_t> bytes(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
   int64_t total_rows = 0, total = 0;
   bool equal = true;
   for (int r = 0; r < size; ++r) {
-    bytes[r] = batch.first_dims.at(r) * row_bytes;
+    bytes[r] = batch.first_dims.at(r) * row;
     displs[r] = total;
     total += bytes[r];
     total_rows += batch.first_dims[r];

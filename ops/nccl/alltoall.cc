@@ -10,9 +10,7 @@ void NcclAlltoall::execute(OpBatch& batch) {
   cudaStream_t s = stream();
   OpEntry& e = batch.entries.at(0);
   const auto& shape = e.input.shape();
-  int64_t row_elems = 1;
-  for (size_t d = 1; d < shape.size(); ++d) row_elems *= shape[d];
-  const int64_t row_bytes = row_elems * static_cast<int64_t>(dtype_size(batch.dtype));
+  const int64_t row = row_bytes(e.input);
   const int size = ctx_.mpi().topology().size;
   std::vector<int64_t> recv_rows(static_cast<size_t>(size));
   MPI_CHECK(MPI_Alltoall(e.splits.data(), 1, MPI_INT64_T, recv_rows.data(), 1, MPI_INT64_T,
@@ -20,7 +18,7 @@ void NcclAlltoall::execute(OpBatch& batch) {
   int64_t total_rows = 0, recv_total = 0;
   for (int r = 0; r < size; ++r) {
     total_rows += recv_rows[r];
-    recv_total += recv_rows[r] * row_bytes;
+    recv_total += recv_rows[r] * row;
   }
   std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{total_rows} : shape;
   out_shape[0] = total_rows;
@@ -31,7 +29,7 @@ void NcclAlltoall::execute(OpBatch& batch) {
   NCCL_CHECK(ncclGroupStart());
   int64_t soff = 0, roff = 0;
   for (int r = 0; r < size; ++r) {
-    const int64_t sb = e.splits.at(r) * row_bytes, rb = recv_rows[r] * row_bytes;
+    const int64_t sb = e.splits.at(r) * row, rb = recv_rows[r] * row;
     if (sb > 0)
       NCCL_CHECK(ncclSend(in + soff, static_cast<size_t>(sb), ncclUint8, r, ctx_.world(), s));
     if (rb > 0)

@@ -111,12 +111,7 @@ void NcclOp::begin(const OpBatch& batch) {
   for (const OpEntry& e : batch.entries) {
     for (const TensorRef* t : {&e.input, &e.output}) {
       if (t->device().kind != Device::kCUDA) continue;
-      if (t->device().index != cu.device())
-        throw InvalidArgumentError(
-            std::string(collective_name(batch.type)) + " of '" + e.name +
-            "' failed: the tensor is on " + device_name(t->device()) + " but this process uses " +
-            device_name(Device::cuda(cu.device())) +
-            " (local rank modulo the visible devices). Allocate it on that device.");
+      check_device(batch, e, *t, cu.device());
       streams.push_back(t->stream());
     }
   }

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "ops/collective_op.h"
+#include "ops/cuda/device_memory.h"
 #include "ops/cuda/finalizer.h"
+#include "ops/fused_allreduce.h"
 #include "ops/nccl/nccl_context.h"
 
 namespace hvd::ops::nccl {
@@ -46,16 +48,22 @@ struct NcclAllreduceOptions {
   bool fp16_compression = false;
 };
 
-class NcclAllreduce : public NcclOp {
+// The skeleton of ops/fused_allreduce.h on device memory, reduced by one ncclAllReduce.
+class NcclAllreduce : public FusedAllreduce<cuda::DeviceMemory, NcclOp> {
  public:
   NcclAllreduce(NcclContext& ctx, cuda::Finalizer& finalizer, NcclAllreduceOptions options = {})
-      : NcclOp(ctx, finalizer), options_(options) {}
+      : FusedAllreduce(cuda::DeviceMemory(ctx.cuda()), ctx, finalizer), options_(options) {}
   const char* name() const override { return "nccl_allreduce"; }
-  CollectiveType type() const override { return CollectiveType::kAllreduce; }
-  void execute(OpBatch& batch) override;
+  void execute(OpBatch& batch) override;  // begin(), the skeleton, end()
+
+ protected:
+  double reduce(const void* in, void* out, int64_t count, DataType dtype, const OpBatch& batch,
+                double post) override;
+  // A compressed batch goes through the fusion buffer (its fp16 shadow lives in scratch).
+  bool reduce_directly(const OpBatch& batch) const override { return !compressed(batch); }
 
  private:
-  void execute_fused(OpBatch& batch, double post);
+  bool compressed(const OpBatch& batch) const;
   NcclAllreduceOptions options_;
 };
 
@@ -90,11 +98,5 @@ class NcclReducescatter : public NcclOp {
   CollectiveType type() const override { return CollectiveType::kReducescatter; }
   void execute(OpBatch& batch) override;
 };
-
-// Packs a batch's tensors into the device fusion buffer (one batched copy kernel) and back.
-// Shared by the flat and the hierarchical all-reduce. `parts` pads the element count to a multiple
-// (hierarchical: local_size). Returns the buffer; *elements receives the padded element count.
-void* pack_fused(NcclContext& ctx, const OpBatch& batch, int parts, int64_t* elements);
-void unpack_fused(NcclContext& ctx, OpBatch& batch, const void* buffer);
 
 }  // namespace hvd::ops::nccl
