@@ -35,14 +35,8 @@ void require_one_of(const std::string& flag, const std::string& value,
 
 constexpr int64_t kBenchmarkDefaultSteps = 100;
 
-}  // namespace
-
-ParsedFlags parse_flags(int argc, const char* const* argv) {
-  ParsedFlags out;
-  Flags& f = out.flags;
-  f.data_dir = data::kDefaultFashionMnistDir;
-  std::string warmup;  // --warmup-steps: "auto" or a whole number
-
+// The flag groups of --help, bound to f; warmup receives --warmup-steps as given.
+void add_training_flags(po::options_description& all, Flags& f, std::string& warmup) {
   po::options_description schedule("Training");
   schedule.add_options()("epochs", po::value(&f.epochs)->default_value(f.epochs),
                          "epochs to train (in total, counting a resumed run's earlier epochs)")(
@@ -77,6 +71,10 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
       "device", po::value(&f.device)->default_value(f.device),
       "auto|cpu|cuda (auto: cuda when built with cuDNN and a GPU is present)");
 
+  all.add(schedule);
+}
+
+void add_data_flags(po::options_description& all, Flags& f) {
   po::options_description data_opts("Data");
   data_opts.add_options()("data-dir", po::value(&f.data_dir)->default_value(f.data_dir),
                           "Fashion-MNIST IDX files (.gz or plain)")(
@@ -87,6 +85,10 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
       "test-limit", po::value(&f.test_limit)->default_value(f.test_limit),
       "evaluate on the first N test images (-1: all, 0: no evaluation)");
 
+  all.add(data_opts);
+}
+
+void add_checkpoint_flags(po::options_description& all, Flags& f) {
   po::options_description ckpt("Checkpoints");
   ckpt.add_options()("checkpoint-dir", po::value(&f.checkpoint_dir),
                      "write checkpoints (safetensors, rank 0) here")(
@@ -98,6 +100,10 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
       "keep-checkpoints", po::value(&f.keep_checkpoints)->default_value(f.keep_checkpoints),
       "checkpoints kept (0: all)");
 
+  all.add(ckpt);
+}
+
+void add_output_flags(po::options_description& all, Flags& f) {
   po::options_description output("Output");
   output.add_options()("benchmark", po::bool_switch(&f.benchmark),
                        "throughput only: no evaluation; print images/s and the communication wait "
@@ -115,27 +121,28 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
       "auto|bar|lines: a live bar (auto: when stdout is a terminal) or plain lines")("help,h",
                                                                                      "this help");
 
-  po::options_description all(
-      "usage: mpirun -np N train_cnn [flags]\n\n"
-      "Trains a CNN on Fashion-MNIST with one replica per process");
-  all.add(schedule).add(data_opts).add(ckpt).add(output);
+  all.add(output);
+}
 
-  po::variables_map vm;
+// --warmup-steps: "auto" (-1) or a whole number of steps, 0 or more.
+int64_t parse_warmup(const std::string& warmup) {
+  if (warmup == "auto") return -1;
+  size_t used = 0;
+  long long n = -1;
   try {
-    // No positional arguments: a stray word is an error, not silently ignored.
-    const po::positional_options_description none;  // the parser keeps a pointer: not a temporary
-    po::store(po::command_line_parser(argc, argv).options(all).positional(none).run(), vm);
-    po::notify(vm);
-  } catch (const po::error& e) {
-    bad(std::string(e.what()) + " (train_cnn --help lists the flags).");
+    n = std::stoll(warmup, &used);
+  } catch (const std::exception&) {
+    used = 0;
   }
-  if (vm.count("help")) {
-    std::ostringstream os;
-    os << all;
-    out.help = true;
-    out.help_text = os.str();
-    return out;
-  }
+  if (used != warmup.size() || warmup.empty() || n < 0)
+    bad("--warmup-steps is '" + warmup +
+        "': it must be auto or a whole number of steps, 0 or more.");
+  return n;
+}
+
+// Checks every value and the flags that contradict each other; fills in what depends on vm (which
+// flags were given).
+void validate(Flags& f, const po::variables_map& vm, const std::string& warmup) {
   f.lr_scaling = !vm["no-lr-scaling"].as<bool>();
 
   require(f.epochs >= 1, "--epochs", f.epochs, "it must be at least 1");
@@ -144,20 +151,7 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
   require(f.lr > 0, "--lr", f.lr, "it must be positive");
   require(f.lr_decay > 0 && f.lr_decay <= 1, "--lr-decay", f.lr_decay, "it must be in (0, 1]");
   require(f.max_lr >= 0, "--max-lr", f.max_lr, "it must be 0 (no cap) or positive");
-  f.warmup_steps = -1;
-  if (warmup != "auto") {
-    size_t used = 0;
-    long long n = -1;
-    try {
-      n = std::stoll(warmup, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != warmup.size() || warmup.empty() || n < 0)
-      bad("--warmup-steps is '" + warmup +
-          "': it must be auto or a whole number of steps, 0 or more.");
-    f.warmup_steps = n;
-  }
+  f.warmup_steps = parse_warmup(warmup);
   require(f.momentum >= 0 && f.momentum < 1, "--momentum", f.momentum, "it must be in [0, 1)");
   require(f.weight_decay >= 0, "--weight-decay", f.weight_decay, "it must be 0 or more");
   require(f.hidden >= 1, "--hidden", f.hidden, "it must be at least 1");
@@ -185,6 +179,41 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
   if (f.synthetic && !vm["data-dir"].defaulted())
     bad("--synthetic and --data-dir contradict each other: --synthetic trains without reading any "
         "data.");
+}
+
+}  // namespace
+
+ParsedFlags parse_flags(int argc, const char* const* argv) {
+  ParsedFlags out;
+  Flags& f = out.flags;
+  f.data_dir = data::kDefaultFashionMnistDir;
+  std::string warmup;  // --warmup-steps: "auto" or a whole number
+
+  po::options_description all(
+      "usage: mpirun -np N train_cnn [flags]\n\n"
+      "Trains a CNN on Fashion-MNIST with one replica per process");
+  add_training_flags(all, f, warmup);
+  add_data_flags(all, f);
+  add_checkpoint_flags(all, f);
+  add_output_flags(all, f);
+
+  po::variables_map vm;
+  try {
+    // No positional arguments: a stray word is an error, not silently ignored.
+    const po::positional_options_description none;  // the parser keeps a pointer: not a temporary
+    po::store(po::command_line_parser(argc, argv).options(all).positional(none).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    bad(std::string(e.what()) + " (train_cnn --help lists the flags).");
+  }
+  if (vm.count("help")) {
+    std::ostringstream os;
+    os << all;
+    out.help = true;
+    out.help_text = os.str();
+    return out;
+  }
+  validate(f, vm, warmup);
   return out;
 }
 

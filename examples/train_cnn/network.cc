@@ -7,6 +7,7 @@
 #include "hvd/config.h"
 #include "hvd/error.h"
 #include "model/sgd_momentum.h"
+#include "network_adapter.h"
 
 // TRAIN_CNN_GPU_MODEL is 1 when examples/train_cnn/CMakeLists.txt builds the cuDNN model
 // (examples/train_cnn/gpu, only with HVD_HAVE_CUDNN); 0 otherwise.
@@ -21,63 +22,29 @@
 namespace train_cnn {
 namespace {
 
-// The CPU replica: model::Model (im2col + OpenBLAS GEMM, one BLAS thread) and model::SgdMomentum
-// over its flat parameter vector. Everything lives in host memory, so state() are plain views and
-// state_to_host()/state_from_host() do nothing.
-class CpuNetwork : public Network {
- public:
-  explicit CpuNetwork(const NetworkOptions& options)
-      : net_(options.model),
-        opt_(net_.num_parameters(),
-             {.momentum = options.momentum, .weight_decay = options.weight_decay}) {}
+constexpr const char* kCpuDescription = "cpu (OpenBLAS, 1 thread per rank)";
 
-  std::string description() const override { return "cpu (OpenBLAS, 1 thread per rank)"; }
-  int64_t num_parameters() const override { return net_.num_parameters(); }
-  std::vector<std::string> parameter_names() const override {
-    std::vector<std::string> names;
-    for (const auto& p : net_.parameters()) names.push_back(p.name);
-    return names;
+// The CPU replica's device side of NetworkAdapter: model::Model (im2col + OpenBLAS GEMM, one BLAS
+// thread) and model::SgdMomentum over its flat parameter vector. Everything lives in host memory,
+// so the state is the model's and the optimizer's own vectors and there is nothing to copy.
+struct CpuDevice {
+  explicit CpuDevice(model::Model& /*net*/) {}
+  static model::SgdMomentum make_optimizer(model::Model& net,
+                                           const model::SgdMomentumOptions& options) {
+    return model::SgdMomentum(net.num_parameters(), options);
   }
-  void initialize(uint64_t seed) override {
-    net_.initialize(seed);
-    opt_.reset();
-  }
-  void zero_gradients() override { net_.zero_gradients(); }
-  model::LossResult forward(std::span<const float> images, std::span<const int32_t> labels,
-                            int batch) override {
-    return net_.forward(images, labels, batch);
-  }
-  void backward(const std::function<void(size_t)>& on_grad_ready) override {
-    net_.backward(on_grad_ready);
-  }
-  hvd::TensorRef gradient(size_t i) override {
-    auto& p = net_.parameters().at(i);
+  std::string description(const model::Model& /*net*/) const { return kCpuDescription; }
+  hvd::TensorRef gradient(model::Model& net, size_t i) const {
+    auto& p = net.parameters().at(i);
     return hvd::TensorRef(p.gradient.data(), hvd::DataType::kFloat32, p.shape);
   }
-  void optimizer_step(float lr) override {
-    opt_.step(net_.flat_parameters(), net_.flat_gradients(), lr);
-  }
-  model::Model::Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels,
-                                    int64_t count) override {
-    return net_.evaluate(images, labels, count);
-  }
-  std::vector<hvd::NamedTensor> state() override {
-    std::vector<hvd::NamedTensor> out;
-    const auto& params = net_.parameters();
-    for (const auto& p : params)
-      out.push_back({p.name, hvd::TensorRef(p.value.data(), hvd::DataType::kFloat32, p.shape)});
-    std::span<float> velocity = opt_.velocity();
-    for (const auto& p : params)
-      out.push_back({"optimizer.velocity." + p.name,
-                     hvd::TensorRef(velocity.data() + p.offset, hvd::DataType::kFloat32, p.shape)});
-    return out;
-  }
-  std::span<const float> flat_parameters() override { return net_.flat_parameters(); }
-
- private:
-  model::Model net_;
-  model::SgdMomentum opt_;
+  std::span<float> parameters(model::Model& net) { return net.flat_parameters(); }
+  std::span<float> velocity(model::SgdMomentum& opt) { return opt.velocity(); }
+  void to_host(model::Model& /*net*/, model::SgdMomentum& /*opt*/) {}
+  void from_host(model::Model& /*net*/, model::SgdMomentum& /*opt*/) {}
 };
+
+using CpuNetwork = NetworkAdapter<model::Model, model::SgdMomentum, CpuDevice>;
 
 int visible_cuda_devices() {
 #if TRAIN_CNN_GPU_MODEL
@@ -91,7 +58,7 @@ int visible_cuda_devices() {
 }  // namespace
 
 DeviceChoice resolve_device(const std::string& requested, int local_rank) {
-  DeviceChoice cpu{DeviceKind::kCpu, 0, "cpu (OpenBLAS, 1 thread per rank)"};
+  DeviceChoice cpu{DeviceKind::kCpu, 0, kCpuDescription};
   if (requested == "cpu") return cpu;
   if (requested != "auto" && requested != "cuda")
     throw hvd::InvalidArgumentError("--device is '" + requested +

@@ -4,11 +4,12 @@
 //
 // Network is what the trainer sees of one replica: a model plus its SGD-with-momentum optimizer on
 // one device. The trainer never looks inside; it feeds host batches, hands each gradient to the
-// strategy as the backward pass finishes it, and steps the optimizer. CpuNetwork wraps
-// model::Model and model::SgdMomentum (OpenBLAS). A GPU network (wrapping
-// train_cnn::gpu::CudnnModel, see make_network() in network.cc) implements the same interface:
-// its gradient() refs point to device memory with the stream they are produced on, and its
-// state() lives in host mirrors that state_to_host()/state_from_host() synchronise.
+// strategy as the backward pass finishes it, and steps the optimizer. Both replicas are one
+// NetworkAdapter (network_adapter.h): over model::Model and model::SgdMomentum (OpenBLAS) on the
+// CPU, over train_cnn::gpu::CudnnModel and gpu::SgdMomentum on a GPU (see make_network() in
+// network.cc). On the GPU, gradient() refs point to device memory with the stream they are
+// produced on, and state() lives in host mirrors that state_to_host()/state_from_host()
+// synchronise.
 //
 // Not thread-safe: one Network per training thread.
 
@@ -68,8 +69,8 @@ class Network {
   virtual void optimizer_step(float lr) = 0;
 
   // Loss and accuracy over count host images, no gradients.
-  virtual model::Model::Evaluation evaluate(std::span<const float> images,
-                                            std::span<const int32_t> labels, int64_t count) = 0;
+  virtual model::Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels,
+                                     int64_t count) = 0;
 
   // The replica's state as host tensors: the parameters under their own names, then the
   // optimizer's velocity as "optimizer.velocity.<name>". What broadcasts and checkpoints carry.

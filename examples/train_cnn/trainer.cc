@@ -144,7 +144,7 @@ Trainer::~Trainer() = default;
 
 void Trainer::setup_local() {
   device_ = resolve_device(flags_.device, hvd::local_rank());
-  const bool need_test = !flags_.benchmark && flags_.test_limit != 0;
+  const bool need_test = evaluates();
   if (flags_.synthetic) {
     train_ = data::make_synthetic(flags_.synthetic_size, static_cast<uint64_t>(flags_.seed));
     if (need_test)
@@ -286,17 +286,17 @@ Trainer::StepResult Trainer::train_step(const std::vector<int64_t>& rows, double
   return out;
 }
 
-model::Model::Evaluation Trainer::evaluate_test(int epoch) {
+model::Evaluation Trainer::evaluate_test(int epoch) {
   const int64_t n = flags_.test_limit < 0 ? test_.count : std::min(flags_.test_limit, test_.count);
   const int64_t begin = n * rank_ / size_, end = n * (rank_ + 1) / size_;
   const int64_t isz = test_.image_size();
-  model::Model::Evaluation local = net_->evaluate(
+  model::Evaluation local = net_->evaluate(
       std::span<const float>(test_.images).subspan(begin * isz, (end - begin) * isz),
       std::span<const int32_t>(test_.labels).subspan(begin, end - begin), end - begin);
   std::vector<double> sums{local.loss * local.count, std::round(local.accuracy * local.count),
                            static_cast<double>(local.count)};
   hvd::allreduce(sums, "train_cnn.eval." + std::to_string(epoch), hvd::ReduceOp::kSum);
-  model::Model::Evaluation global;
+  model::Evaluation global;
   global.count = static_cast<int64_t>(sums[2]);
   if (global.count > 0) {
     global.loss = sums[0] / sums[2];
@@ -337,96 +337,31 @@ void Trainer::dump_weights() {
                                     "': check that its folder exists and is writable.");
 }
 
-TrainSummary Trainer::run() {
-  TrainSummary sum;
-  const bool evaluate = !flags_.benchmark && flags_.test_limit != 0;
-  const int64_t global_batch = strategy_->global_batch(flags_.batch_size);
+// Totals of one run() over its epochs.
+struct Trainer::RunTotals {
   double train_seconds = 0, train_wait = 0;  // this run
   double bench_seconds = 0, bench_wait = 0;  // this run after the benchmark's warm-up steps
   int64_t bench_steps = 0;
-  bool stop = false;
+};
+
+bool Trainer::evaluates() const { return !flags_.benchmark && flags_.test_limit != 0; }
+
+TrainSummary Trainer::run() {
+  TrainSummary sum;
+  RunTotals totals;
   bool evaluated_last = false;
   const auto run_start = Clock::now();
   int epoch = start_epoch_;
   int64_t step_in_epoch = start_step_in_epoch_;
-  for (; epoch < flags_.epochs && !stop; ++epoch, step_in_epoch = 0) {
-    const hvd::Shard shard = strategy_->shard(train_.count, flags_.batch_size, epoch);
-    StepStats s;
-    s.epoch = epoch;
-    s.epochs = flags_.epochs;
-    s.steps_in_epoch = shard.steps;
-    double epoch_seconds = 0, epoch_wait = 0, loss_sum = 0, acc_sum = 0, lr = 0;
-    int64_t epoch_steps = 0;
-    for (; step_in_epoch < shard.steps; ++step_in_epoch) {
-      if (flags_.max_steps >= 0 && global_step_ >= flags_.max_steps) {
-        stop = true;
-        break;
-      }
-      lr = schedule_->at(global_step_, epoch);
-      const StepResult r = train_step(shard.batch(step_in_epoch), lr);
-      ++global_step_;
-      ++sum.steps_this_run;
-      ++epoch_steps;
-      epoch_seconds += r.seconds;
-      epoch_wait += r.wait;
-      loss_sum += r.loss;
-      acc_sum += r.accuracy;
-      if (sum.steps_this_run > flags_.benchmark_warmup) {
-        bench_seconds += r.seconds;
-        bench_wait += r.wait;
-        ++bench_steps;
-      }
-      s.step_in_epoch = step_in_epoch + 1;
-      s.global_step = global_step_;
-      s.loss = r.loss;
-      s.accuracy = r.accuracy;
-      s.epoch_loss = loss_sum / epoch_steps;
-      s.epoch_accuracy = acc_sum / epoch_steps;
-      s.images_per_s = epoch_seconds > 0 ? epoch_steps * global_batch / epoch_seconds : 0;
-      s.lr = lr;
-      s.wait_share = epoch_seconds > 0 ? epoch_wait / epoch_seconds : 0;
-      progress_->step(s);
-      csv_.step(s, r.seconds > 0 ? global_batch / r.seconds : 0,
-                r.seconds > 0 ? r.wait / r.seconds : 0);
-    }
-    train_seconds += epoch_seconds;
-    train_wait += epoch_wait;
-    if (step_in_epoch < shard.steps) break;  // --max-steps stopped the run inside this epoch
-
+  for (; epoch < flags_.epochs; ++epoch, step_in_epoch = 0) {
     EpochStats e;
-    e.epoch = epoch;
-    e.epochs = flags_.epochs;
-    e.global_step = global_step_;
-    e.train_loss = epoch_steps ? loss_sum / epoch_steps : 0;
-    e.train_accuracy = epoch_steps ? acc_sum / epoch_steps : 0;
-    e.images_per_s = epoch_seconds > 0 ? epoch_steps * global_batch / epoch_seconds : 0;
-    e.lr = lr;
-    e.wait_share = epoch_seconds > 0 ? epoch_wait / epoch_seconds : 0;
-    e.seconds = epoch_seconds;
-    if (evaluate) {
-      const model::Model::Evaluation ev = evaluate_test(epoch);
-      e.evaluated = true;
-      e.test_loss = ev.loss;
-      e.test_accuracy = ev.accuracy;
-      sum.evaluated = true;
-      sum.test_loss = ev.loss;
-      sum.test_accuracy = ev.accuracy;
-    }
+    // --max-steps stopped the run inside this epoch: epoch and step_in_epoch say where.
+    if (!train_epoch(epoch, step_in_epoch, totals, sum, e)) break;
+    end_epoch(e, sum);
     evaluated_last = e.evaluated;
-    progress_->epoch_end(e);
-    csv_.epoch(e);
-    sum.epochs_done = epoch + 1;
-    if (flags_.checkpoint_every_epoch) save_checkpoint(epoch + 1, 0);
   }
   // Stopped inside an epoch (--max-steps), or the epochs were already done (a resumed run).
-  if (evaluate && !evaluated_last && sum.steps_this_run > 0) {
-    const model::Model::Evaluation ev = evaluate_test(epoch);
-    sum.evaluated = true;
-    sum.test_loss = ev.loss;
-    sum.test_accuracy = ev.accuracy;
-    progress_->line("test loss " + format("%.4f", ev.loss) + " accuracy " +
-                    format("%.4f", ev.accuracy) + " after step " + std::to_string(global_step_));
-  }
+  if (evaluates() && !evaluated_last && sum.steps_this_run > 0) evaluate_at_stop(epoch, sum);
   if (epoch >= flags_.epochs)
     save_checkpoint(epoch, 0);
   else
@@ -434,29 +369,115 @@ TrainSummary Trainer::run() {
   sum.global_step = global_step_;
   if (sum.epochs_done == 0) sum.epochs_done = epoch;
   sum.seconds = seconds_since(run_start);
+  report(totals, sum);
+  return sum;
+}
 
+bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, TrainSummary& sum,
+                          EpochStats& e) {
+  const hvd::Shard shard = strategy_->shard(train_.count, flags_.batch_size, epoch);
+  const int64_t global_batch = strategy_->global_batch(flags_.batch_size);
+  StepStats s;
+  s.epoch = epoch;
+  s.epochs = flags_.epochs;
+  s.steps_in_epoch = shard.steps;
+  double epoch_seconds = 0, epoch_wait = 0, loss_sum = 0, acc_sum = 0, lr = 0;
+  int64_t epoch_steps = 0;
+  for (; step_in_epoch < shard.steps; ++step_in_epoch) {
+    if (flags_.max_steps >= 0 && global_step_ >= flags_.max_steps) break;
+    lr = schedule_->at(global_step_, epoch);
+    const StepResult r = train_step(shard.batch(step_in_epoch), lr);
+    ++global_step_;
+    ++sum.steps_this_run;
+    ++epoch_steps;
+    epoch_seconds += r.seconds;
+    epoch_wait += r.wait;
+    loss_sum += r.loss;
+    acc_sum += r.accuracy;
+    if (sum.steps_this_run > flags_.benchmark_warmup) {
+      totals.bench_seconds += r.seconds;
+      totals.bench_wait += r.wait;
+      ++totals.bench_steps;
+    }
+    s.step_in_epoch = step_in_epoch + 1;
+    s.global_step = global_step_;
+    s.loss = r.loss;
+    s.accuracy = r.accuracy;
+    s.epoch_loss = loss_sum / epoch_steps;
+    s.epoch_accuracy = acc_sum / epoch_steps;
+    s.images_per_s = epoch_seconds > 0 ? epoch_steps * global_batch / epoch_seconds : 0;
+    s.lr = lr;
+    s.wait_share = epoch_seconds > 0 ? epoch_wait / epoch_seconds : 0;
+    progress_->step(s);
+    csv_.step(s, r.seconds > 0 ? global_batch / r.seconds : 0,
+              r.seconds > 0 ? r.wait / r.seconds : 0);
+  }
+  totals.train_seconds += epoch_seconds;
+  totals.train_wait += epoch_wait;
+  if (step_in_epoch < shard.steps) return false;
+
+  e.epoch = epoch;
+  e.epochs = flags_.epochs;
+  e.global_step = global_step_;
+  e.train_loss = epoch_steps ? loss_sum / epoch_steps : 0;
+  e.train_accuracy = epoch_steps ? acc_sum / epoch_steps : 0;
+  e.images_per_s = epoch_seconds > 0 ? epoch_steps * global_batch / epoch_seconds : 0;
+  e.lr = lr;
+  e.wait_share = epoch_seconds > 0 ? epoch_wait / epoch_seconds : 0;
+  e.seconds = epoch_seconds;
+  return true;
+}
+
+void Trainer::end_epoch(EpochStats& e, TrainSummary& sum) {
+  if (evaluates()) {
+    const model::Evaluation ev = evaluate_test(e.epoch);
+    e.evaluated = true;
+    e.test_loss = ev.loss;
+    e.test_accuracy = ev.accuracy;
+    sum.evaluated = true;
+    sum.test_loss = ev.loss;
+    sum.test_accuracy = ev.accuracy;
+  }
+  progress_->epoch_end(e);
+  csv_.epoch(e);
+  sum.epochs_done = e.epoch + 1;
+  if (flags_.checkpoint_every_epoch) save_checkpoint(e.epoch + 1, 0);
+}
+
+void Trainer::evaluate_at_stop(int epoch, TrainSummary& sum) {
+  const model::Evaluation ev = evaluate_test(epoch);
+  sum.evaluated = true;
+  sum.test_loss = ev.loss;
+  sum.test_accuracy = ev.accuracy;
+  progress_->line("test loss " + format("%.4f", ev.loss) + " accuracy " +
+                  format("%.4f", ev.accuracy) + " after step " + std::to_string(global_step_));
+}
+
+void Trainer::report(const RunTotals& totals, TrainSummary& sum) {
+  const int64_t global_batch = strategy_->global_batch(flags_.batch_size);
   // Throughput and wait share: means over ranks (every rank runs the same steps).
   std::vector<double> perf{
-      train_seconds > 0 ? sum.steps_this_run * global_batch / train_seconds : 0,
-      train_seconds > 0 ? train_wait / train_seconds : 0,
-      bench_seconds > 0 ? bench_steps * global_batch / bench_seconds : 0,
-      bench_seconds > 0 ? bench_wait / bench_seconds : 0};
+      totals.train_seconds > 0 ? sum.steps_this_run * global_batch / totals.train_seconds : 0,
+      totals.train_seconds > 0 ? totals.train_wait / totals.train_seconds : 0,
+      totals.bench_seconds > 0 ? totals.bench_steps * global_batch / totals.bench_seconds : 0,
+      totals.bench_seconds > 0 ? totals.bench_wait / totals.bench_seconds : 0};
   hvd::allreduce(perf, "train_cnn.perf", hvd::ReduceOp::kAverage);
   sum.images_per_s = perf[0];
   sum.wait_share = perf[1];
   dump_weights();
 
   if (flags_.benchmark) {
-    const bool warm = bench_steps > 0;
+    const bool warm = totals.bench_steps > 0;
+    const double images_per_s = warm ? perf[2] : perf[0];
     std::ostringstream os;
     os << "benchmark: " << size_ << (size_ == 1 ? " replica" : " replicas") << " x batch "
        << flags_.batch_size << " (" << global_batch << " images per step), "
-       << (warm ? bench_steps : sum.steps_this_run) << " steps measured"
+       << (warm ? totals.bench_steps : sum.steps_this_run) << " steps measured"
        << (warm ? " after " + std::to_string(flags_.benchmark_warmup) + " warm-up steps"
                 : std::string(""))
-       << ": " << format("%.1f", warm ? perf[2] : perf[0]) << " images/s ("
-       << format("%.1f", (warm ? perf[2] : perf[0]) / size_) << " per replica), "
-       << format("%.2f", 1000.0 * global_batch / std::max(1e-9, warm ? perf[2] : perf[0]))
+       << ": " << format("%.1f", images_per_s) << " images/s ("
+       << format("%.1f", images_per_s / size_) << " per replica), "
+       << format("%.2f", 1000.0 * global_batch / std::max(1e-9, images_per_s))
        << " ms per step, waiting for communication "
        << format("%.1f", 100.0 * (warm ? perf[3] : perf[1])) << "% of step time; load average "
        << load_average();
@@ -470,7 +491,6 @@ TrainSummary Trainer::run() {
   os << "; " << format("%.1f", sum.images_per_s) << " images/s; waiting for communication "
      << format("%.1f", 100.0 * sum.wait_share) << "% of step time";
   progress_->line(os.str());
-  return sum;
 }
 
 }  // namespace train_cnn

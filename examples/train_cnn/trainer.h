@@ -68,9 +68,20 @@ class Trainer {
   void agree_on_setup(const std::string& local_error);
   void resume();
   struct StepResult;
+  struct RunTotals;
+  // run()'s steps: train_epoch trains from step_in_epoch (advancing it) to the epoch's end, where
+  // it fills e and returns true, or to --max-steps (false); end_epoch evaluates, reports and
+  // checkpoints a finished epoch; evaluate_at_stop evaluates a run that stopped inside an epoch;
+  // report averages the throughput over ranks, writes --dump-weights and prints the summary.
+  bool train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, TrainSummary& sum,
+                   EpochStats& e);
+  void end_epoch(EpochStats& e, TrainSummary& sum);
+  void evaluate_at_stop(int epoch, TrainSummary& sum);
+  void report(const RunTotals& totals, TrainSummary& sum);
   StepResult train_step(const std::vector<int64_t>& rows, double lr);
+  bool evaluates() const;  // a test set is evaluated (not --benchmark, not --test-limit 0)
   // Test loss/accuracy over the first test_limit test images, sharded across ranks.
-  model::Model::Evaluation evaluate_test(int epoch);
+  model::Evaluation evaluate_test(int epoch);
   void save_checkpoint(int next_epoch, int64_t step_in_epoch);
   void dump_weights();
   std::string describe_data() const;

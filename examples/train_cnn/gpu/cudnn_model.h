@@ -1,11 +1,11 @@
 #pragma once
 
-// The Fashion-MNIST CNN of model/model.h on one GPU: cuDNN convolution, pooling, activation and
-// softmax, cuBLAS dense layers, a few kernels of our own (bias, loss statistics, SGD). The same
-// network, the same ModelOptions, the same parameter order, names, shapes and flat layout, the
-// same initialisation (drawn on the host by the CPU model's code and copied), the same
-// on_grad_ready contract. What differs: parameters, gradients and activations live in device
-// memory, and the work is asynchronous on stream().
+// The Fashion-MNIST CNN of model/model.h on one GPU (the graph, shared with the CPU model, is
+// model/cnn_graph.h): cuDNN convolution, pooling, activation and softmax, cuBLAS dense layers, a
+// few kernels of our own (bias, loss statistics, SGD). The same network, the same ModelOptions, the
+// same parameter order, names, shapes and flat layout, the same initialisation (drawn on the host
+// by the CPU model's code and copied), the same on_grad_ready contract. What differs: parameters,
+// gradients and activations live in device memory, and the work is asynchronous on stream().
 //
 //   0 conv1.weight [32,1,5,5]   1 conv1.bias [32]   2 conv2.weight [64,32,5,5]   3 conv2.bias [64]
 //   4 fc1.weight [hidden,3136]  5 fc1.bias [hidden] 6 fc2.weight [10,hidden]     7 fc2.bias [10]
@@ -47,6 +47,7 @@
 #include "gpu/maxpool2d.h"
 #include "gpu/relu.h"
 #include "gpu/softmax_cross_entropy.h"
+#include "model/cnn_graph.h"
 #include "model/model.h"
 
 namespace train_cnn::gpu {
@@ -62,6 +63,32 @@ struct GpuParameterTensor {
   int64_t size = 0;    // floats
 };
 
+// The GPU layers of the graph (model/cnn_graph.h): device arrays and pointers, cuDNN and cuBLAS,
+// all on one context's stream.
+struct CudnnLayers {
+  using Buffer = DeviceArray<float>;
+  using View = float*;
+  using ConstView = const float*;
+  using Conv = CudnnConv2d;
+  using Pool = CudnnMaxPool2d;
+  using Dense = CublasDense;
+  using Relu = CudnnRelu;
+  using Loss = CudnnSoftmaxCrossEntropy;
+
+  CudaContext& context;
+  Conv conv(const model::Conv2dOptions& o) const { return Conv(context, o); }
+  Pool pool(const model::MaxPool2dOptions& o) const { return Pool(context, o); }
+  Dense dense(const model::DenseOptions& o) const { return Dense(context, o); }
+  Relu relu(int channels, int height, int width) const {
+    return Relu(context, channels, height, width);
+  }
+  Loss loss(int num_classes) const { return Loss(context, num_classes); }
+  template <class B>
+  static auto view(B& buffer, size_t /*n*/) {
+    return buffer.data();
+  }
+};
+
 class CudnnModel {
  public:
   explicit CudnnModel(const model::ModelOptions& options = {}, const GpuOptions& gpu = {});
@@ -74,7 +101,7 @@ class CudnnModel {
   int device() const { return context_.device(); }
   cudaStream_t stream() const { return context_.stream(); }
   CudaContext& context() { return context_; }
-  int64_t input_size() const { return conv1_.input_size(); }
+  int64_t input_size() const { return graph_.input_size(); }
   int num_classes() const { return options_.num_classes; }
 
   // The CPU model's initialisation for this seed (model::Model::initialize), copied to the device.
@@ -102,8 +129,8 @@ class CudnnModel {
   void backward(const std::function<void(size_t)>& on_grad_ready = {});
 
   // Mean loss and accuracy over a host data set, in chunks of batch (no gradients).
-  model::Model::Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels,
-                                    int64_t count, int batch = 256);
+  model::Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels,
+                             int64_t count, int batch = 256);
 
   // Copies between the flat device vectors and host vectors of num_parameters() floats (for
   // broadcasts from rank 0, checkpoints and tests); they wait for the stream.
@@ -115,33 +142,17 @@ class CudnnModel {
 
  private:
   void reserve_activations(int batch);
-  void run_forward(const float* images, const int32_t* labels, int batch);
 
   model::ModelOptions options_;
   std::unique_ptr<model::Model> host_model_;  // layout and initialisation, on the host
   CudaContext context_;
-  CudnnConv2d conv1_;
-  CudnnRelu relu1_;
-  CudnnMaxPool2d pool1_;
-  CudnnConv2d conv2_;
-  CudnnRelu relu2_;
-  CudnnMaxPool2d pool2_;
-  CublasDense fc1_;
-  CudnnRelu relu3_;
-  CublasDense fc2_;
-  CudnnSoftmaxCrossEntropy loss_;
+  model::CnnGraph<CudnnLayers> graph_;  // the layers and their activations
 
   int64_t num_parameters_ = 0;
   DeviceArray<float> params_, grads_;
   std::vector<GpuParameterTensor> parameters_;
 
-  int batch_ = -1;                    // of the last forward pass; -1 before the first
-  int capacity_ = 0;                  // batch the activation buffers hold
-  const float* input_ptr_ = nullptr;  // the last forward pass's images (staged or the caller's)
-  // Activations (ReLU in place on a1, a2, h) and gradient scratch, all [capacity, ...].
-  DeviceArray<float> input_, a1_, p1_, a2_, p2_, h_, logits_;
-  DeviceArray<float> d_logits_, d_h_, d_p2_, d_a2_, d_p1_, d_a1_;
-  DeviceArray<int32_t> labels_;
+  DeviceArray<int32_t> labels_;  // [capacity]: enqueue_forward's labels
   // Host staging of enqueue_forward: pinned, reused once the previous copy has landed.
   PinnedArray<float> staged_images_;
   PinnedArray<int32_t> staged_labels_;

@@ -1,9 +1,9 @@
 #pragma once
 
-// The GPU replica behind train_cnn's Network interface (network.h): gpu::CudnnModel and
-// gpu::SgdMomentum on one CUDA device. Compiled into the train_cnn executable (it needs the hvd
-// public headers and network.h), not into train_cnn_gpu; make_network() in network.cc returns it
-// for DeviceKind::kCuda.
+// The GPU replica behind train_cnn's Network interface (network.h): a NetworkAdapter
+// (network_adapter.h) over gpu::CudnnModel and gpu::SgdMomentum on one CUDA device. Compiled into
+// the train_cnn executable (it needs the hvd public headers and network.h), not into
+// train_cnn_gpu; make_network() in network.cc returns it for DeviceKind::kCuda.
 //
 //   gradient(i)      device memory, hvd::Device::cuda(device), with the model's stream: hvd orders
 //                    its all-reduce after the kernels that produce the gradient (no host wait)

@@ -1,6 +1,7 @@
 #pragma once
 
-// The Fashion-MNIST CNN on the CPU:
+// The Fashion-MNIST CNN on the CPU (the graph, written once for the CPU and the GPU model, is
+// model/cnn_graph.h):
 //   input [N, 1, 28, 28]
 //   conv1 5x5, 32 channels, same padding -> ReLU -> max-pool 2x2      [N, 32, 14, 14]
 //   conv2 5x5, 64 channels, same padding -> ReLU -> max-pool 2x2      [N, 64, 7, 7]
@@ -34,24 +35,14 @@
 #include <string>
 #include <vector>
 
+#include "model/cnn_graph.h"
 #include "model/conv2d.h"
 #include "model/dense.h"
 #include "model/maxpool2d.h"
+#include "model/relu.h"
 #include "model/softmax_cross_entropy.h"
 
 namespace train_cnn::model {
-
-struct ModelOptions {
-  int in_channels = 1;
-  int height = 28;
-  int width = 28;
-  int conv1_channels = 32;
-  int conv2_channels = 64;
-  int kernel = 5;  // odd: same padding
-  int hidden = 512;
-  int num_classes = 10;
-  int blas_threads = 1;  // applied to OpenBLAS by the constructor; 0 leaves it as it is
-};
 
 // One parameter tensor: its name, PyTorch-style shape, and views into the flat vectors.
 struct ParameterTensor {
@@ -62,8 +53,44 @@ struct ParameterTensor {
   int64_t offset = 0;  // of value (and gradient) within the flat vectors
 };
 
+// The CPU layers of the graph (model/cnn_graph.h): host vectors, spans, im2col + OpenBLAS.
+struct CpuLayers {
+  using Buffer = std::vector<float>;
+  using View = std::span<float>;
+  using ConstView = std::span<const float>;
+  using Conv = Conv2d;
+  using Dense = model::Dense;
+  using Loss = SoftmaxCrossEntropy;
+  // MaxPool2d remembers the winners of forward(): backward needs neither x nor y.
+  struct Pool : MaxPool2d {
+    using MaxPool2d::MaxPool2d;
+    void backward(ConstView /*x*/, ConstView /*y*/, ConstView dy, View dx, int batch) const {
+      MaxPool2d::backward(dy, dx, batch);
+    }
+  };
+  // The element-wise functions of model/relu.h (the spans carry the batch).
+  struct Relu {
+    void forward(ConstView x, View y, int /*batch*/) const { relu_forward(x, y); }
+    void backward(ConstView y, ConstView dy, View dx, int /*batch*/) const {
+      relu_backward(y, dy, dx);
+    }
+  };
+
+  Conv conv(const Conv2dOptions& o) const { return Conv(o); }
+  Pool pool(const MaxPool2dOptions& o) const { return Pool(o); }
+  Dense dense(const DenseOptions& o) const { return Dense(o); }
+  Relu relu(int /*channels*/, int /*height*/, int /*width*/) const { return {}; }
+  Loss loss(int num_classes) const { return Loss(num_classes); }
+  template <class B>
+  static auto view(B& buffer, size_t n) {
+    return std::span(buffer.data(), n);
+  }
+};
+
 class Model {
  public:
+  using Evaluation = model::Evaluation;
+
   explicit Model(const ModelOptions& options = {});
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -97,33 +124,14 @@ class Model {
   void backward(const std::function<void(size_t)>& on_grad_ready = {});
 
   // Mean loss and accuracy over a whole set, in chunks of batch (no gradients).
-  struct Evaluation {
-    double loss = 0.0;
-    double accuracy = 0.0;
-    int64_t count = 0;
-  };
   Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels, int64_t count,
                       int batch = 256);
 
  private:
-  void resize_activations(int batch);
-
   ModelOptions options_;
-  Conv2d conv1_;
-  MaxPool2d pool1_;
-  Conv2d conv2_;
-  MaxPool2d pool2_;
-  Dense fc1_, fc2_;
-  SoftmaxCrossEntropy loss_;
-
+  CnnGraph<CpuLayers> graph_;  // the layers and their activations
   std::vector<float> params_, grads_;
   std::vector<ParameterTensor> parameters_;
-
-  int batch_ = -1;  // of the last forward(); -1 before the first
-  // Activations of the last forward (ReLU applied in place on a1, a2, h).
-  std::vector<float> input_, a1_, p1_, a2_, p2_, h_, logits_;
-  // Gradient scratch.
-  std::vector<float> d_logits_, d_h_, d_p2_, d_a2_, d_p1_, d_a1_;
 };
 
 }  // namespace train_cnn::model

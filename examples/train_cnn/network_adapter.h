@@ -1,0 +1,93 @@
+#pragma once
+
+// NetworkAdapter: a model and its SGD-with-momentum optimizer behind the Network interface
+// (network.h), written once for the CPU replica (network.cc: model::Model, model::SgdMomentum) and
+// the GPU replica (gpu/cudnn_network.cc: gpu::CudnnModel, gpu::SgdMomentum).
+//
+// Model and Optimizer have the same member functions on both devices (the flat vectors are spans
+// on the CPU, device pointers on the GPU). Device holds what differs, constructed from the model
+// after the optimizer:
+//   static Optimizer make_optimizer(Model&, const model::SgdMomentumOptions&)
+//   std::string description(const Model&) const
+//   hvd::TensorRef gradient(Model&, size_t i) const    host memory, or device memory + stream
+//   std::span<float> parameters(Model&)                 the state in host memory: the model's and
+//   std::span<float> velocity(Optimizer&)               optimizer's own vectors, or host mirrors
+//   void to_host(Model&, Optimizer&)                    fill the host state (no-op on the CPU)
+//   void from_host(Model&, Optimizer&)                  upload the host state (no-op on the CPU)
+
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hvd/checkpoint.h"
+#include "hvd/tensor.h"
+#include "model/sgd_momentum.h"
+#include "network.h"
+
+namespace train_cnn {
+
+template <class Model, class Optimizer, class Device>
+class NetworkAdapter final : public Network {
+ public:
+  // The model is constructed from options.model and then model_args (the GPU's GpuOptions).
+  template <class... ModelArgs>
+  explicit NetworkAdapter(const NetworkOptions& options, const ModelArgs&... model_args)
+      : net_(options.model, model_args...),
+        opt_(Device::make_optimizer(
+            net_, {.momentum = options.momentum, .weight_decay = options.weight_decay})),
+        device_(net_) {}
+
+  std::string description() const override { return device_.description(net_); }
+  int64_t num_parameters() const override { return net_.num_parameters(); }
+  std::vector<std::string> parameter_names() const override {
+    std::vector<std::string> names;
+    for (const auto& p : net_.parameters()) names.push_back(p.name);
+    return names;
+  }
+  void initialize(uint64_t seed) override {
+    net_.initialize(seed);
+    opt_.reset();
+  }
+  void zero_gradients() override { net_.zero_gradients(); }
+  model::LossResult forward(std::span<const float> images, std::span<const int32_t> labels,
+                            int batch) override {
+    return net_.forward(images, labels, batch);
+  }
+  void backward(const std::function<void(size_t)>& on_grad_ready) override {
+    net_.backward(on_grad_ready);
+  }
+  hvd::TensorRef gradient(size_t i) override { return device_.gradient(net_, i); }
+  void optimizer_step(float lr) override {
+    opt_.step(net_.flat_parameters(), net_.flat_gradients(), lr);
+  }
+  model::Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels,
+                             int64_t count) override {
+    return net_.evaluate(images, labels, count);
+  }
+  std::vector<hvd::NamedTensor> state() override {
+    const std::span<float> values = device_.parameters(net_);
+    const std::span<float> velocity = device_.velocity(opt_);
+    std::vector<hvd::NamedTensor> out;
+    for (const auto& p : net_.parameters()) out.push_back({p.name, host_tensor(values, p)});
+    for (const auto& p : net_.parameters())
+      out.push_back({"optimizer.velocity." + p.name, host_tensor(velocity, p)});
+    return out;
+  }
+  void state_to_host() override { device_.to_host(net_, opt_); }
+  void state_from_host() override { device_.from_host(net_, opt_); }
+  std::span<const float> flat_parameters() override { return device_.parameters(net_); }
+
+ private:
+  // Parameter p's slice of a flat host vector.
+  template <class Parameter>
+  static hvd::TensorRef host_tensor(std::span<float> flat, const Parameter& p) {
+    return hvd::TensorRef(flat.data() + p.offset, hvd::DataType::kFloat32, p.shape);
+  }
+
+  Model net_;
+  Optimizer opt_;
+  Device device_;
+};
+
+}  // namespace train_cnn
