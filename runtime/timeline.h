@@ -36,7 +36,6 @@ class Timeline {
              const std::string& args_json = "");
   void end(const std::string& tensor, const std::string& activity);
   void mark_cycle();
-  bool mark_cycles() const { return mark_cycles_; }
   // Flushes, terminates the JSON array and closes the file. Idempotent.
   void close();
 

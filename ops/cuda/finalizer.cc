@@ -57,11 +57,6 @@ void Finalizer::finish(Callback done) {
   cv_.notify_all();
 }
 
-std::size_t Finalizer::in_flight() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return items_.size();
-}
-
 void Finalizer::run() {
   bool device_set = false;  // set on the first item: an idle finalizer creates no CUDA context
   std::unique_lock<std::mutex> lock(mu_);

@@ -45,9 +45,6 @@ class Finalizer {
   // Runtime, when execute() threw: drops a pending event (returned to the pool when it fires).
   void discard_pending();
 
-  // Batches handed over and not yet completed.
-  std::size_t in_flight() const;
-
  private:
   struct Item {
     cudaEvent_t event;
@@ -57,7 +54,7 @@ class Finalizer {
 
   CudaContext& ctx_;
   cudaEvent_t pending_ = nullptr;  // background thread only
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> items_;
   bool stop_ = false;
