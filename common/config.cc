@@ -182,6 +182,18 @@ const std::vector<ConfigVar>& config_registry() {
        "",
        1,
        ""},
+      {"HVD_ON_PEER_LOSS",
+       ConfigType::kEnum,
+       "exit",
+       "When a lost peer leaves this rank blocked in MPI: log the error, call the program's "
+       "hvd::set_peer_loss_handler if any, then exit (status 70), abort (core dump) or none "
+       "(stay blocked until the launcher ends the job).",
+       {"exit", "abort", "none"},
+       0,
+       0,
+       "",
+       1,
+       ""},
       {"HVD_TERMINATE_HANDLER",
        ConfigType::kBool,
        "1",
@@ -302,6 +314,7 @@ Config load_config(const EnvLookup& env) {
   c.log_level = get_enum("HVD_LOG_LEVEL");
   c.start_timeout_seconds = get_double("HVD_START_TIMEOUT");
   c.peer_timeout_seconds = get_double("HVD_PEER_TIMEOUT_SECONDS");
+  c.on_peer_loss = get_enum("HVD_ON_PEER_LOSS");
   c.terminate_handler = get_bool("HVD_TERMINATE_HANDLER");
   return c;
 }

@@ -1,44 +1,39 @@
 #pragma once
 
-// The GPU backends as one unit the runtime owns: the CUDA context, the NCCL communicators, the
-// finalizer and the GPU ops, built from a few options and registered with the operation manager
-// in the documented order. The header has no CUDA types, so runtime.cc uses it unchanged in every
-// build; without CUDA (HVD_HAVE_CUDA 0) or without a device it registers nothing and finish()
-// completes at once.
-//
-// Order of registration (first enabled op wins, ops/operation_manager.h):
-//   1. NCCL (unless HVD_GPU_OPERATIONS=MPI or some rank shares a GPU): the hierarchical all-reduce
-//      first (it declines unless several homogeneous nodes), then allreduce, allgather, broadcast,
-//      alltoall, reducescatter;
-//   2. host-staged MPI for CUDA tensors (every collective).
-// The runtime then registers the CPU ops (hierarchical MPI all-reduce, then plain MPI).
+// The GPU backends' resources as one unit the runtime owns: the CUDA context, the NCCL
+// communicators and the finalizer. The ops that use them are built by ops/backends.h
+// (make_operations(), the one place that says the preference order). The header has no CUDA
+// types, so runtime.cc uses it unchanged in every build; without CUDA (HVD_HAVE_CUDA 0) or
+// without a device it holds nothing and finish() completes at once.
 //
 // Threading: constructed and shut down on the user thread that runs init()/shutdown() (no
-// collective call in either); register_ops() at init; finish() and discard_pending() on the
-// background thread; completion callbacks run on the finalizer thread.
+// collective call in either); finish() and discard_pending() on the background thread; completion
+// callbacks run on the finalizer thread.
 
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "ops/collective_op.h"
-#include "ops/fusion_buffer.h"
 #include "comm/mpi_context.h"
-#include "ops/operation_manager.h"
 
 namespace hvd::ops {
+
+namespace cuda {
+class CudaContext;
+class Finalizer;
+}  // namespace cuda
+namespace nccl {
+class NcclContext;
+}  // namespace nccl
 
 struct GpuBackendOptions {
   int device = -1;       // cluster::GpuAssignment::device; -1: no GPU path
   bool use_nccl = true;  // HVD_GPU_OPERATIONS=NCCL and no rank shares a GPU (agree on it over MPI!)
-  bool hierarchical = false;      // HVD_HIERARCHICAL_ALLREDUCE
-  bool fp16_compression = false;  // HVD_COMPRESSION=fp16
 };
 
 class GpuBackend {
  public:
-  GpuBackend(const comm::MpiContext& mpi, FusionBuffer& host_fusion,
-             const GpuBackendOptions& options);
+  GpuBackend(const comm::MpiContext& mpi, const GpuBackendOptions& options);
   ~GpuBackend();
   GpuBackend(const GpuBackend&) = delete;
   GpuBackend& operator=(const GpuBackend&) = delete;
@@ -48,7 +43,11 @@ class GpuBackend {
   // Whether GPU ops exist (a CUDA build and a device).
   bool active() const;
 
-  void register_ops(OperationManager& manager);
+  // The contexts the GPU ops use (ops/backends.cc): null when not active() (and NCCL's when
+  // !use_nccl). Owned here; valid until shutdown().
+  cuda::CudaContext* cuda() const;
+  nccl::NcclContext* nccl() const;
+  cuda::Finalizer* finalizer() const;
 
   // After OperationManager::execute(batch) returned normally: runs done("") or done(error) once
   // the batch's GPU work completed (on the finalizer thread), or here and now for a batch that

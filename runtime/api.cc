@@ -328,14 +328,39 @@ Handle submit(Runtime& rt, RequestType type, const std::string& name, const Tens
   return rt.enqueue(std::move(entries), {std::move(req)}, state);
 }
 
+// hvd::set_peer_loss_handler(): read when the watchdog declares a peer loss (its own thread).
+struct PeerLossSlot {
+  std::mutex mu;
+  PeerLossHandler handler;
+};
+
+PeerLossSlot& peer_loss_slot() {
+  static PeerLossSlot slot;
+  return slot;
+}
+
+void call_peer_loss_handler(const std::string& message) {
+  PeerLossHandler h;
+  {
+    std::lock_guard<std::mutex> lock(peer_loss_slot().mu);
+    h = peer_loss_slot().handler;
+  }
+  if (h) h(message);
+}
+
 }  // namespace
+
+void set_peer_loss_handler(PeerLossHandler handler) {
+  std::lock_guard<std::mutex> lock(peer_loss_slot().mu);
+  peer_loss_slot().handler = std::move(handler);
+}
 
 void init() {
   Instance& inst = instance();
   std::lock_guard<std::mutex> lock(inst.mu);
   if (inst.runtime) return;
   Config config = load_config(process_env_lookup());
-  inst.runtime = std::make_shared<Runtime>(config);
+  inst.runtime = std::make_shared<Runtime>(config, call_peer_loss_handler);
   inst.was_shut_down = false;
   if (config.terminate_handler) detail::install_terminate_handler(inst.runtime->topology().rank);
 }

@@ -1,12 +1,15 @@
 #pragma once
 
-// The process-wide runtime: owns the MPI context, the background thread, the tensor queue, the
-// controller and the data-plane ops, and joins them on shutdown. The free functions of the public
-// API delegate to the one Runtime instance (runtime/api.cc); nothing else is global.
+// The process-wide runtime: its lifecycle. It initialises MPI (unless the program did), builds
+// the communicators, the data-plane ops (ops/backends.h), the controller, the watchdog
+// (comm/watchdog.h) and the executor (runtime/executor.h), runs the background thread, and takes
+// it all down in order on shutdown. The free functions of the public API delegate to the one
+// Runtime instance (runtime/api.cc); nothing else is global.
 //
 // Threading: the constructor and shutdown() run on a user thread (both are collective over MPI);
-// from construction to shutdown, every MPI call is made by the background thread. enqueue() and
-// the topology getters may be called from any thread.
+// from construction to shutdown, every MPI call on the world's communicators is made by the
+// background thread (the watchdog thread uses a communicator of its own). enqueue() and the
+// topology getters may be called from any thread.
 
 #include <atomic>
 #include <condition_variable>
@@ -18,24 +21,30 @@
 #include <vector>
 
 #include "cluster/gpu_assignment.h"
-#include "hvd/collectives.h"
-#include "ops/gpu_backend.h"
-#include "ops/fusion_buffer.h"
 #include "comm/mpi_context.h"
-#include "ops/operation_manager.h"
+#include "comm/watchdog.h"
 #include "common/config.h"
+#include "hvd/collectives.h"
+#include "ops/fusion_buffer.h"
+#include "ops/gpu_backend.h"
+#include "ops/operation_manager.h"
 #include "runtime/controller.h"
+#include "runtime/executor.h"
 #include "runtime/stall_inspector.h"
-#include "runtime/timeline.h"
 #include "runtime/tensor_queue.h"
+#include "runtime/timeline.h"
 
 namespace hvd {
 
 class Runtime {
  public:
+  // Called on the watchdog thread when a lost peer leaves this rank blocked in MPI, before
+  // HVD_ON_PEER_LOSS applies (comm/watchdog.h); hvd::set_peer_loss_handler() in runtime/api.cc.
+  using PeerLossHandler = std::function<void(const std::string& message)>;
+
   // Initialises MPI unless it is already (then `owns_mpi` is false and MPI is never finalised by
   // us), builds the communicators and starts the background thread.
-  explicit Runtime(const Config& config);
+  explicit Runtime(const Config& config, PeerLossHandler on_peer_loss = {});
   ~Runtime();
 
   const comm::MpiTopology& topology() const { return mpi_->topology(); }
@@ -54,44 +63,37 @@ class Runtime {
   void shutdown();
 
  private:
+  int init_mpi();  // returns the thread level MPI provides
+  void build_operations();
+  void build_controller(bool thread_multiple, PeerLossHandler on_peer_loss);
   void loop();
-  void watchdog();
-  void perform(const Response& response);
-  void fail_response(const Response& response, detail::ErrorKind kind, const std::string& message);
+  bool check_stalls();  // rank 0: true when stalled tensors fail and hvd shuts down
 
+  // Built by the constructor and torn down by shutdown(), both on the user thread that runs
+  // init()/shutdown(); in between used by the background thread, except where a comment says.
   Config config_;
   bool owns_mpi_ = false;
-  std::unique_ptr<comm::MpiContext> mpi_;
+  bool finished_ = false;                  // shutdown() ran
+  std::unique_ptr<comm::MpiContext> mpi_;  // topology(): any thread
   ops::FusionBuffer fusion_buffer_;
   cluster::GpuAssignment gpu_;
   std::unique_ptr<ops::GpuBackend> gpu_backend_;  // before op_manager_: its ops point into it
   ops::OperationManager op_manager_;
-  TensorQueue queue_;
+  TensorQueue queue_;                         // any thread (its own mutex)
+  std::unique_ptr<comm::Watchdog> watchdog_;  // its own thread; before its users below
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<StallInspector> stall_;  // rank 0 only
-  std::unique_ptr<Timeline> timeline_;     // rank 0 only, with HVD_TIMELINE
-  std::string shutdown_reason_;            // set by rank 0's notice; background thread only
+  std::unique_ptr<Timeline> timeline_;     // rank 0 only, with HVD_TIMELINE; any thread
+  std::unique_ptr<Executor> executor_;
 
-  std::thread thread_;
-  // The watchdog: ends this process when one data-plane op has been running for longer than the
-  // peer timeout (a peer died or the network failed in the middle of it: MPI would wait forever).
-  std::thread watchdog_;
-  MPI_Comm probe_comm_ = MPI_COMM_NULL;
-  std::atomic<int> probe_round_{0};
-  void announce_lost(const std::vector<int>& lost);
-  std::vector<int> probe_peers(
-      const std::vector<int>& targets,
-      const std::function<void()>&
-          while_waiting);  // the watchdogs' liveness probes (MPI_THREAD_MULTIPLE only)
-  std::atomic<int64_t> op_started_ns_{0};  // steady clock, 0 when no op runs
-  std::string op_what_;                    // guarded by wake_mu_
-  std::atomic<bool> shutdown_requested_{false};
-  std::atomic<bool> stopped_{false};
-  bool finished_ = false;            // shutdown() ran
-  std::atomic<bool> broken_{false};  // a communication failure stopped the background thread
+  // Shared by user threads and the background thread.
   std::mutex barrier_mu_;
-  std::mutex wake_mu_;
+  std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> broken_{false};  // a communication failure stopped the background thread
+  std::mutex wake_mu_;               // with wake_cv_: wakes the background thread for shutdown
   std::condition_variable wake_cv_;
+
+  std::thread thread_;  // the background thread: loop()
 };
 
 }  // namespace hvd

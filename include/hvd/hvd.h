@@ -1,6 +1,9 @@
 #pragma once
 
 // The umbrella header: everything a trainer needs.
+#include <functional>
+#include <string>
+
 #include "hvd/checkpoint.h"
 #include "hvd/collectives.h"
 #include "hvd/error.h"
@@ -18,6 +21,24 @@ void init();
 // MPI if init() initialised it. Safe to call twice.
 void shutdown();
 bool initialized();
+
+// What happens when a peer rank is lost while this rank is blocked inside MPI (MPI calls cannot be
+// interrupted, so no hvd::Error can reach the program). hvd's watchdog thread notices it after
+// HVD_PEER_TIMEOUT_SECONDS, logs an error naming the lost ranks ("... rank 1 was lost: ..."),
+// calls the handler set here with that message, and then applies HVD_ON_PEER_LOSS: `exit`
+// (default) ends the process with std::_Exit(70), so that the job does not hang; `abort` calls
+// std::abort() (a core dump); `none` leaves the rank blocked until the launcher ends the job. A
+// lost peer that the negotiation notices instead (this rank not inside MPI) fails operations with
+// a CommunicationError and calls no handler. docs/reliability.md has the details.
+//
+// The handler runs on hvd's watchdog thread while other threads may be blocked in MPI: it must not
+// call hvd or MPI functions (they would block forever) nor wait for those threads. It may log,
+// flush files, notify a supervisor, or end the process itself (e.g. std::_Exit with the code a
+// scheduler treats as "requeue"); if it returns, HVD_ON_PEER_LOSS applies. It is called at most
+// once per init(); an exception thrown from it ends the process (std::terminate). May be set
+// before or after init(), from any thread; an empty function removes it.
+using PeerLossHandler = std::function<void(const std::string& message)>;
+void set_peer_loss_handler(PeerLossHandler handler);
 
 // Topology. All throw hvd::Error before init() and after shutdown().
 int rank();

@@ -1,0 +1,232 @@
+#include "runtime/executor.h"
+
+#include <cctype>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "common/dtype_math.h"
+#include "hvd/error.h"
+#include "runtime/controller.h"
+#include "runtime/fusion.h"
+#include "runtime/handle.h"
+
+namespace hvd {
+namespace {
+
+// The op collective of a response that runs as a batch. Every enumerator is listed: a new response
+// type must be mapped here, never run as something else.
+ops::CollectiveType collective_of(const Response& r) {
+  switch (r.type) {
+    case ResponseType::kAllreduce:
+      return ops::CollectiveType::kAllreduce;
+    case ResponseType::kAllgather:
+      return ops::CollectiveType::kAllgather;
+    case ResponseType::kBroadcast:
+      return ops::CollectiveType::kBroadcast;
+    case ResponseType::kAlltoall:
+      return ops::CollectiveType::kAlltoall;
+    case ResponseType::kReducescatter:
+      return ops::CollectiveType::kReducescatter;
+    case ResponseType::kBarrier:
+    case ResponseType::kJoin:
+    case ResponseType::kError:
+      break;
+  }
+  throw InternalError(std::string("the executor has no collective for a response of type ") +
+                      response_type_name(r.type) + " (code " +
+                      std::to_string(static_cast<int>(r.type)) + "): please report this bug.");
+}
+
+// "'a', 'b', 'c', 'd' and 2 more"
+std::string names_of(const Response& r) {
+  std::string s;
+  for (size_t i = 0; i < r.names.size() && i < 4; ++i) s += (i ? "', '" : "") + r.names[i];
+  if (r.names.size() > 4)
+    s += "' and " + std::to_string(r.names.size() - 4) + " more";
+  else
+    s += "'";
+  return "'" + s;
+}
+
+std::string what_of(const Response& r) {
+  return std::string(response_type_name(r.type)) + " of " + names_of(r);
+}
+
+void fail_response(TensorQueue& queue, const Response& r, detail::ErrorKind kind,
+                   const std::string& message) {
+  for (const auto& name : r.names)
+    if (auto e = queue.take(name)) e->handle->fail(kind, message);
+}
+
+// Test hook: HVD_TEST_STOP_IN_OP=RANK:N stops that rank's whole process (SIGSTOP) right before its
+// N-th data-plane batch (from 1): a rank frozen in the middle of a collective, as behind a dead
+// link, while its peers have entered it (tests/mpi/test_lost_rank.sh, mode "handler"). Read once.
+long stop_at_batch_from_env(int rank) {
+  const char* v = std::getenv("HVD_TEST_STOP_IN_OP");
+  int r = -1;
+  long n = -1;
+  if (v && std::sscanf(v, "%d:%ld", &r, &n) == 2 && r == rank && n > 0) return n;
+  return -1;
+}
+
+}  // namespace
+
+// One collective's batch and what it borrows for the op's duration.
+struct Executor::Batch {
+  ops::OpBatch op;
+  std::vector<TensorTableEntry> taken;            // this rank's tensors
+  std::vector<std::vector<std::byte>> stand_ins;  // a joined rank's inputs (and outputs)
+  Tensor discarded;                               // a joined rank's results go here
+  std::string span;                               // the timeline's op span, "" without
+};
+
+Executor::Executor(int rank, TensorQueue& queue, ops::OperationManager& ops, ops::GpuBackend& gpu,
+                   comm::Watchdog& watchdog, Timeline* timeline)
+    : queue_(queue),
+      ops_(ops),
+      gpu_(gpu),
+      watchdog_(watchdog),
+      timeline_(timeline),
+      stop_at_batch_(stop_at_batch_from_env(rank)) {}
+
+void Executor::perform(const Response& r) {
+  if (r.type == ResponseType::kError && r.names.size() == 1 && r.names[0] == kShutdownNotice) {
+    shutdown_reason_ = r.error;
+    return;
+  }
+  if (timeline_)
+    for (const auto& n : r.names) timeline_->end(n, "QUEUE");
+  if (perform_control(r)) return;
+  Batch b;
+  b.op.type = collective_of(r);
+  b.op.dtype = r.dtype;
+  b.op.reduce_op = r.reduce_op;
+  b.op.device.kind = r.device_kind;
+  b.op.root = r.root;
+  b.op.prescale = r.prescale;
+  b.op.postscale = r.postscale;
+  b.op.contributors = r.contributors;
+  b.op.first_dims = r.first_dims;
+  take_entries(r, b);
+  begin_spans(r, b);
+  struct SpanEnd {
+    Timeline* t;
+    const Response& r;
+    const std::string& span;
+    ~SpanEnd() {
+      if (t)
+        for (const auto& n : r.names) t->end(n, span);
+    }
+  } span_end{timeline_, r, b.span};
+  execute(r, b);
+}
+
+// Error, join and barrier responses: no data moves. Returns whether `r` was one.
+bool Executor::perform_control(const Response& r) {
+  switch (r.type) {
+    case ResponseType::kError:
+      fail_response(queue_, r, detail::ErrorKind::kInvalidArgument, r.error);
+      return true;
+    case ResponseType::kJoin:
+      if (auto e = queue_.take(r.names[0])) {
+        e->handle->set_join_result(r.last_joined_rank);
+        e->handle->complete_one();
+      }
+      return true;
+    case ResponseType::kBarrier:
+      // Negotiation itself proved that every rank reached the barrier.
+      if (auto e = queue_.take(r.names[0])) e->handle->complete_one();
+      return true;
+    case ResponseType::kAllreduce:
+    case ResponseType::kAllgather:
+    case ResponseType::kBroadcast:
+    case ResponseType::kAlltoall:
+    case ResponseType::kReducescatter:
+      break;
+  }
+  return false;
+}
+
+// This rank's entries of the batch, or (a rank that has joined) stand-ins that contribute the
+// identity (nothing, for allgather) and whose results are discarded.
+void Executor::take_entries(const Response& r, Batch& b) {
+  b.taken.reserve(r.names.size());
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    ops::OpEntry oe;
+    oe.name = r.names[i];
+    if (auto e = queue_.take(r.names[i])) {
+      oe.input = e->input;
+      oe.output = e->output;
+      oe.splits = e->splits;
+      oe.result = &e->handle->output;
+      oe.received_splits = &e->handle->received_splits;
+      b.op.device = e->input.device();
+      b.taken.push_back(std::move(*e));
+    } else {
+      std::vector<int64_t> shape = r.shapes[i];
+      if (r.type == ResponseType::kAllgather && !shape.empty()) shape[0] = 0;
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      b.stand_ins.emplace_back(static_cast<size_t>(n) * dtype_size(r.dtype));
+      void* p = b.stand_ins.back().data();
+      hvd::fill_identity(r.dtype, r.reduce_op, p, static_cast<size_t>(n));
+      oe.input = TensorRef(p, r.dtype, shape);
+      oe.output = oe.input;
+      oe.result = &b.discarded;
+    }
+    b.op.entries.push_back(std::move(oe));
+  }
+}
+
+// The timeline's op span (the op's name in capitals, MPI_ALLREDUCE) and the nested activities.
+void Executor::begin_spans(const Response& r, Batch& b) {
+  if (!timeline_) return;
+  ops::CollectiveOp* op = ops_.select(b.op);
+  b.span = op ? op->name() : response_type_name(r.type);
+  for (auto& c : b.span) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const std::string args = "{\"fused\":" + std::to_string(r.names.size()) +
+                           ",\"bytes\":" + std::to_string(response_bytes(r)) + ",\"dtype\":\"" +
+                           dtype_name(r.dtype) + "\"}";
+  for (const auto& n : r.names) timeline_->begin(n, b.span, args);
+  b.op.trace = [t = timeline_, &r](const char* activity, bool begin) {
+    for (const auto& n : r.names) begin ? t->begin(n, activity) : t->end(n, activity);
+  };
+}
+
+void Executor::execute(const Response& r, Batch& b) {
+  const std::string what = what_of(r);
+  watchdog_.op_started(what);
+  struct OpDone {
+    comm::Watchdog& w;
+    ~OpDone() { w.op_finished(); }
+  } op_done{watchdog_};
+  if (++batches_ == stop_at_batch_) std::raise(SIGSTOP);
+  try {
+    ops_.execute(b.op);
+  } catch (const std::exception& e) {
+    gpu_.discard_pending();
+    auto [kind, message] = detail::classify(e);
+    const std::string full = message.rfind(std::string(response_type_name(r.type)) + " of", 0) == 0
+                                 ? message
+                                 : what + " failed: " + message;
+    for (auto& t : b.taken) t.handle->fail(kind, full);
+    if (kind == detail::ErrorKind::kCommunication) throw;
+    return;
+  }
+  // CPU batches complete here and now; GPU batches when their work on the device is done (on the
+  // finalizer thread), so the background thread never waits for the GPU.
+  auto done = std::make_shared<std::vector<TensorTableEntry>>(std::move(b.taken));
+  gpu_.finish([done, what](const std::string& error) {
+    for (auto& t : *done) {
+      if (error.empty())
+        t.handle->complete_one();
+      else
+        t.handle->fail(detail::ErrorKind::kCommunication, what + " failed: " + error);
+    }
+  });
+}
+
+}  // namespace hvd

@@ -1,0 +1,59 @@
+#pragma once
+
+// The executor: turns each negotiated Response of a cycle into what it means on this rank. Control
+// responses complete or fail handles (an error, a join, a barrier; rank 0's shutdown notice is
+// kept as the reason for the shutdown); collectives become an ops::OpBatch of this rank's tensors
+// that the first enabled op runs (ops/backends.h). A rank that has joined has no tensor for a
+// name: it runs the collective with a stand-in (the identity of the reduction, no rows for
+// allgather) and discards the result. With a timeline it draws each tensor's QUEUE end and op
+// span; it tells the watchdog when a data-plane operation starts and ends (comm/watchdog.h).
+//
+// Completion: a CPU batch's handles complete as soon as its op returns; a GPU batch's on the
+// finalizer thread when its device work is done (ops/gpu_backend.h). A failed op fails its
+// handles with "<op> of '<names>' failed: <reason>"; a communication failure is then rethrown
+// (the background thread stops), any other error is the batch's alone.
+//
+// Threading: background thread only.
+
+#include <string>
+
+#include "comm/watchdog.h"
+#include "ops/gpu_backend.h"
+#include "ops/operation_manager.h"
+#include "runtime/message.h"
+#include "runtime/tensor_queue.h"
+#include "runtime/timeline.h"
+
+namespace hvd {
+
+class Executor {
+ public:
+  // `timeline` may be null (no HVD_TIMELINE, or not rank 0). Everything must outlive the executor.
+  Executor(int rank, TensorQueue& queue, ops::OperationManager& ops, ops::GpuBackend& gpu,
+           comm::Watchdog& watchdog, Timeline* timeline);
+
+  // Runs one response (in the order the controller returned them; the same on every rank).
+  // Throws CommunicationError after failing the batch's handles when the op lost its peers.
+  void perform(const Response& response);
+
+  // The reason rank 0 gave for shutting hvd down (its notice), or "".
+  const std::string& shutdown_reason() const { return shutdown_reason_; }
+
+ private:
+  struct Batch;
+  bool perform_control(const Response& r);
+  void take_entries(const Response& r, Batch& b);
+  void begin_spans(const Response& r, Batch& b);
+  void execute(const Response& r, Batch& b);
+
+  TensorQueue& queue_;
+  ops::OperationManager& ops_;
+  ops::GpuBackend& gpu_;
+  comm::Watchdog& watchdog_;
+  Timeline* timeline_;
+  std::string shutdown_reason_;
+  long batches_ = 0;         // data-plane batches run so far
+  long stop_at_batch_ = -1;  // test hook HVD_TEST_STOP_IN_OP (executor.cc)
+};
+
+}  // namespace hvd
