@@ -3,6 +3,10 @@
 // within HVD_PEER_TIMEOUT_SECONDS (or be ended by the launcher) with output naming rank 1.
 // With "link" nothing happens to rank 1: it prints LINK_READY at step 50 and goes on, and the test
 // (tests/cluster/test_link_down.sh) takes its simulated node's network link down.
+// With "handler" every rank installs a peer-loss handler (hvd::set_peer_loss_handler) that prints
+// "rank R: peer-loss handler: <message>" and returns; the test freezes rank 1 inside its 50th
+// allreduce (HVD_TEST_STOP_IN_OP=1:50), so that the other ranks are blocked in MPI with it and
+// their watchdogs call the handler, then end the process (HVD_ON_PEER_LOSS=exit, status 70).
 #include <hvd/hvd.h>
 
 #include <chrono>
@@ -12,16 +16,26 @@
 #include <string>
 #include <vector>
 
+namespace {
+int g_rank = -1;  // the handler must not call hvd
+}  // namespace
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "kill";
+  if (mode == "handler")
+    hvd::set_peer_loss_handler([](const std::string& message) {
+      std::printf("rank %d: peer-loss handler: %s\n", g_rank, message.c_str());
+      std::fflush(stdout);
+    });
   hvd::init();
+  g_rank = hvd::rank();
   std::vector<float> v(1 << 16, 1.0f);
   try {
     for (int i = 0; i < 100000; ++i) {
       if (i == 50 && hvd::rank() == 1 && mode == "link") {
         std::printf("LINK_READY\n");
         std::fflush(stdout);
-      } else if (i == 50 && hvd::rank() == 1) {
+      } else if (i == 50 && hvd::rank() == 1 && mode != "handler") {
         if (std::getenv("HVD_LOST_RANK_STAMP")) {  // for scripts/measure-lost-rank
           auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
