@@ -262,8 +262,9 @@ void Watchdog::check_op(int64_t started, const std::string& what) {
 void Watchdog::peer_loss(const std::string& message) {
   if (declared_) return;
   declared_ = true;
-  HVD_LOG(Error) << message << " " << what_next(options_.action, bool(options_.handler));
-  if (options_.handler) options_.handler(message);
+  const auto handler = options_.handler ? options_.handler() : nullptr;
+  HVD_LOG(Error) << message << " " << what_next(options_.action, bool(handler));
+  if (handler) handler(message);
   switch (options_.action) {
     case PeerLossAction::kExit:
       std::_Exit(kPeerLossExitCode);

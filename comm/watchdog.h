@@ -27,8 +27,8 @@
 //        program can catch, from rank 0's reply);
 //     3. without a communicator (no MPI_THREAD_MULTIPLE, no probes): one data-plane operation has
 //        run for the peer timeout + 5 s (the error cannot name the rank then).
-//   A peer loss logs one error naming the lost ranks (common/ranks.h), calls
-//   WatchdogOptions::handler with that message when one is set (hvd::set_peer_loss_handler), and
+//   A peer loss logs one error naming the lost ranks (common/ranks.h), calls the handler that
+//   WatchdogOptions::handler returns (hvd::set_peer_loss_handler), if any, with that message, and
 //   then, if the handler returns, applies WatchdogOptions::action: kExit ends the process with
 //   std::_Exit(kPeerLossExitCode) (70, no destructors or atexit handlers: other threads are
 //   blocked in MPI), kAbort calls std::abort() (a core dump of the stuck threads), kNone does
@@ -62,10 +62,11 @@ PeerLossAction parse_peer_loss_action(const std::string& value);
 struct WatchdogOptions {
   double peer_timeout_seconds = 30;               // HVD_PEER_TIMEOUT_SECONDS
   PeerLossAction action = PeerLossAction::kExit;  // HVD_ON_PEER_LOSS
-  // Called on the watchdog thread with the error message (it names the lost ranks) before
-  // `action`; may be empty. It must not call hvd or MPI: the background thread may be blocked
-  // inside MPI.
-  std::function<void(const std::string& message)> handler;
+  // Asked on the watchdog thread, when a peer loss is declared, for the program's handler (empty
+  // function: none; the program may set it at any time). The handler is then called with the
+  // error message (it names the lost ranks) before `action`. It must not call hvd or MPI: the
+  // background thread may be blocked inside MPI. May itself be empty.
+  std::function<std::function<void(const std::string& message)>()> handler;
 };
 
 class Watchdog {

@@ -339,13 +339,9 @@ PeerLossSlot& peer_loss_slot() {
   return slot;
 }
 
-void call_peer_loss_handler(const std::string& message) {
-  PeerLossHandler h;
-  {
-    std::lock_guard<std::mutex> lock(peer_loss_slot().mu);
-    h = peer_loss_slot().handler;
-  }
-  if (h) h(message);
+PeerLossHandler current_peer_loss_handler() {
+  std::lock_guard<std::mutex> lock(peer_loss_slot().mu);
+  return peer_loss_slot().handler;
 }
 
 }  // namespace
@@ -360,7 +356,7 @@ void init() {
   std::lock_guard<std::mutex> lock(inst.mu);
   if (inst.runtime) return;
   Config config = load_config(process_env_lookup());
-  inst.runtime = std::make_shared<Runtime>(config, call_peer_loss_handler);
+  inst.runtime = std::make_shared<Runtime>(config, current_peer_loss_handler);
   inst.was_shut_down = false;
   if (config.terminate_handler) detail::install_terminate_handler(inst.runtime->topology().rank);
 }

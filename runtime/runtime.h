@@ -38,9 +38,10 @@ namespace hvd {
 
 class Runtime {
  public:
-  // Called on the watchdog thread when a lost peer leaves this rank blocked in MPI, before
-  // HVD_ON_PEER_LOSS applies (comm/watchdog.h); hvd::set_peer_loss_handler() in runtime/api.cc.
-  using PeerLossHandler = std::function<void(const std::string& message)>;
+  // Returns the program's peer-loss handler (empty: none), called on the watchdog thread when a
+  // lost peer leaves this rank blocked in MPI, before HVD_ON_PEER_LOSS applies (comm/watchdog.h);
+  // hvd::set_peer_loss_handler() in runtime/api.cc.
+  using PeerLossHandler = std::function<std::function<void(const std::string& message)>()>;
 
   // Initialises MPI unless it is already (then `owns_mpi` is false and MPI is never finalised by
   // us), builds the communicators and starts the background thread.

@@ -20,6 +20,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 (( ms < 30000 )) || fail "the job took ${secs} s (limit 30 s)"
 grep -q "rank 1" "$out" || fail "the output does not name rank 1"
 if [[ $MODE == stop ]]; then
+  # No handler is set: hvd's log line must not say it calls one.
+  ! grep -q "peer-loss handler" "$out" || fail "a peer-loss handler was announced but none is set"
   for ((r = 0; r < NP; r++)); do
     [[ $r -eq 1 ]] && continue
     # The program's own error line, or (a rank stuck in a data-plane op with rank 1, or told by
