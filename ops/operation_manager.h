@@ -1,8 +1,8 @@
 #pragma once
 
 // Picks the backend for each batch: the first registered op of the batch's collective type whose
-// enabled() accepts it. Registration order is the documented preference order (runtime.cc:
-// NCCL for GPU tensors, then MPI). Not thread-safe: owned and used by the background thread.
+// enabled() accepts it. Registration order is the documented preference order, in one function
+// (ops/backends.h: make_operations). Not thread-safe: owned and used by the background thread.
 
 #include <memory>
 #include <vector>
