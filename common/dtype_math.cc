@@ -9,6 +9,8 @@
 #include <string>
 #include <type_traits>
 
+#include "common/dtype.h"
+
 // Why the loops look the way they do: the library is built with -O2, where GCC 12 only vectorises
 // a loop whose trip count is a known multiple of the vector width ("very-cheap" cost model), and
 // never versions a loop for possible aliasing. So each hot loop runs over fixed blocks of kBlock
@@ -25,25 +27,7 @@ namespace {
 
 constexpr std::size_t kBlock = 16;
 
-// The elements of `dtype` in bytes; local so that this file does not need the library's
-// hvd::dtype_size (the unit test compiles this file on its own).
-std::size_t element_size(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-      return 1;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  return 1;
-}
+std::size_t element_size(DataType dtype) { return dtypes::size(dtype); }
 
 // --- element-wise operations -------------------------------------------------------------------
 // Integers wrap around (two's complement) on overflow, as MPI implementations do in practice; the

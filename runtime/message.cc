@@ -1,5 +1,6 @@
 #include "runtime/message.h"
 
+#include <concepts>
 #include <cstring>
 #include <type_traits>
 
@@ -8,13 +9,25 @@
 namespace hvd {
 namespace {
 
+// The wire format: fixed-size fields as their bytes (host order; every rank of a job runs the same
+// build), strings and dimension lists as a uint64_t count followed by the bytes or the int64_t
+// values, lists of strings, of shapes, of requests and of responses as a uint64_t count followed by
+// the items. Each message's fields are listed once (fields() below) and walked by the Writer to
+// serialise and by the Reader to parse, so the two cannot drift apart.
+
 class Writer {
  public:
   template <class T>
-  void pod(T v) {
+  void pod(const T& v) {
     static_assert(std::is_trivially_copyable_v<T>);
     out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
   }
+  // v travels as a Wire (an enum or int that is not of the wire type in memory).
+  template <class Wire, class T>
+  void as(const T& v) {
+    pod(static_cast<Wire>(v));
+  }
+  void device_kind(const Device::Kind& kind) { as<int32_t>(kind); }
   void str(const std::string& s) {
     pod<uint64_t>(s.size());
     out_.append(s);
@@ -22,6 +35,12 @@ class Writer {
   void dims(const std::vector<int64_t>& v) {
     pod<uint64_t>(v.size());
     out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+  }
+  // A count, then each item through item(Writer&, const T&).
+  template <class T, class Item>
+  void list(const std::vector<T>& v, const char* /*what*/, Item item) {
+    pod<uint64_t>(v.size());
+    for (const T& x : v) item(*this, x);
   }
   std::string take() { return std::move(out_); }
 
@@ -31,31 +50,55 @@ class Writer {
 
 class Reader {
  public:
-  Reader(const char* data, size_t size) : p_(data), end_(data + size) {}
+  Reader(const char* data, size_t size) : p_(data), end_(data + size), size_(size) {}
   template <class T>
-  T pod() {
+  void pod(T& v) {
+    static_assert(std::is_trivially_copyable_v<T>);
     need(sizeof(T));
-    T v;
     std::memcpy(&v, p_, sizeof(T));
     p_ += sizeof(T);
-    return v;
   }
-  std::string str() {
-    uint64_t n = pod<uint64_t>();
+  template <class Wire, class T>
+  void as(T& v) {
+    Wire w;
+    pod(w);
+    v = static_cast<T>(w);
+  }
+  void device_kind(Device::Kind& kind) {
+    int32_t v;
+    pod(v);
+    if (v != Device::kCPU && v != Device::kCUDA)
+      throw InternalError("corrupt negotiation message (device kind " + std::to_string(v) +
+                          "); please report this");
+    kind = static_cast<Device::Kind>(v);
+  }
+  void str(std::string& s) {
+    uint64_t n;
+    pod(n);
     need(n);
-    std::string s(p_, n);
+    s.assign(p_, n);
     p_ += n;
-    return s;
   }
-  std::vector<int64_t> dims() {
-    uint64_t n = pod<uint64_t>();
+  void dims(std::vector<int64_t>& v) {
+    uint64_t n;
+    pod(n);
     if (n > static_cast<uint64_t>(end_ - p_) / sizeof(int64_t)) fail();
-    std::vector<int64_t> v(n);
+    v.resize(n);
     if (n) std::memcpy(v.data(), p_, n * sizeof(int64_t));
     p_ += n * sizeof(int64_t);
-    return v;
   }
-  bool done() const { return p_ == end_; }
+  // A count (at most the message's size: every item takes at least a byte), then each item
+  // through item(Reader&, T&). `what` names the count in the error.
+  template <class T, class Item>
+  void list(std::vector<T>& v, const char* what, Item item) {
+    uint64_t n;
+    pod(n);
+    if (n > size_)
+      throw InternalError(std::string("corrupt negotiation message (") + what +
+                          "); please report this");
+    v.resize(n);
+    for (T& x : v) item(*this, x);
+  }
 
  private:
   void need(uint64_t n) {
@@ -66,14 +109,54 @@ class Reader {
   }
   const char* p_;
   const char* end_;
+  size_t size_;
 };
 
-Device::Kind device_kind(int32_t v) {
-  if (v != Device::kCPU && v != Device::kCUDA)
-    throw InternalError("corrupt negotiation message (device kind " + std::to_string(v) +
-                        "); please report this");
-  return static_cast<Device::Kind>(v);
+template <class R, class M>
+concept MessageRef = std::same_as<std::remove_const_t<R>, M>;
+
+// A Request's fields in wire order (R: Request, or const Request when writing).
+template <class Archive, class R>
+requires MessageRef<R, Request>
+void fields(Archive& ar, R& r) {
+  ar.pod(r.rank);
+  ar.pod(r.type);
+  ar.pod(r.dtype);
+  ar.pod(r.reduce_op);
+  ar.device_kind(r.device.kind);
+  ar.template as<int32_t>(r.device.index);
+  ar.pod(r.root);
+  ar.pod(r.prescale);
+  ar.pod(r.postscale);
+  ar.str(r.name);
+  ar.dims(r.shape);
+  ar.str(r.group);
+  ar.pod(r.group_size);
+  ar.str(r.error);
+  ar.pod(r.waited_seconds);
 }
+
+// A Response's fields in wire order (R: Response, or const Response when writing).
+template <class Archive, class R>
+requires MessageRef<R, Response>
+void fields(Archive& ar, R& r) {
+  ar.pod(r.type);
+  ar.list(r.names, "name count", [](Archive& a, auto& name) { a.str(name); });
+  ar.list(r.shapes, "shape count", [](Archive& a, auto& shape) { a.dims(shape); });
+  ar.dims(r.first_dims);
+  ar.pod(r.dtype);
+  ar.pod(r.reduce_op);
+  ar.device_kind(r.device_kind);
+  ar.pod(r.root);
+  ar.pod(r.prescale);
+  ar.pod(r.postscale);
+  ar.pod(r.contributors);
+  ar.pod(r.last_joined_rank);
+  ar.str(r.group);
+  ar.str(r.error);
+}
+
+constexpr auto kMessage = [](auto& ar, auto& message) { fields(ar, message); };
 
 }  // namespace
 
@@ -104,107 +187,27 @@ const char* response_type_name(ResponseType t) {
 
 std::string serialize_requests(const std::vector<Request>& requests) {
   Writer w;
-  w.pod<uint64_t>(requests.size());
-  for (const auto& r : requests) {
-    w.pod(r.rank);
-    w.pod(r.type);
-    w.pod(r.dtype);
-    w.pod(r.reduce_op);
-    w.pod(static_cast<int32_t>(r.device.kind));
-    w.pod<int32_t>(r.device.index);
-    w.pod(r.root);
-    w.pod(r.prescale);
-    w.pod(r.postscale);
-    w.str(r.name);
-    w.dims(r.shape);
-    w.str(r.group);
-    w.pod(r.group_size);
-    w.str(r.error);
-    w.pod(r.waited_seconds);
-  }
+  w.list(requests, "request count", kMessage);
   return w.take();
 }
 
 std::vector<Request> parse_requests(const char* data, size_t size) {
   Reader rd(data, size);
-  uint64_t n = rd.pod<uint64_t>();
-  if (n > size)
-    throw InternalError("corrupt negotiation message (request count); please report this");
-  std::vector<Request> out(n);
-  for (auto& r : out) {
-    r.rank = rd.pod<int32_t>();
-    r.type = rd.pod<RequestType>();
-    r.dtype = rd.pod<DataType>();
-    r.reduce_op = rd.pod<ReduceOp>();
-    r.device.kind = device_kind(rd.pod<int32_t>());
-    r.device.index = rd.pod<int32_t>();
-    r.root = rd.pod<int32_t>();
-    r.prescale = rd.pod<double>();
-    r.postscale = rd.pod<double>();
-    r.name = rd.str();
-    r.shape = rd.dims();
-    r.group = rd.str();
-    r.group_size = rd.pod<int32_t>();
-    r.error = rd.str();
-    r.waited_seconds = rd.pod<double>();
-  }
+  std::vector<Request> out;
+  rd.list(out, "request count", kMessage);
   return out;
 }
 
 std::string serialize_responses(const std::vector<Response>& responses) {
   Writer w;
-  w.pod<uint64_t>(responses.size());
-  for (const auto& r : responses) {
-    w.pod(r.type);
-    w.pod<uint64_t>(r.names.size());
-    for (const auto& n : r.names) w.str(n);
-    w.pod<uint64_t>(r.shapes.size());
-    for (const auto& s : r.shapes) w.dims(s);
-    w.dims(r.first_dims);
-    w.pod(r.dtype);
-    w.pod(r.reduce_op);
-    w.pod(static_cast<int32_t>(r.device_kind));
-    w.pod(r.root);
-    w.pod(r.prescale);
-    w.pod(r.postscale);
-    w.pod(r.contributors);
-    w.pod(r.last_joined_rank);
-    w.str(r.group);
-    w.str(r.error);
-  }
+  w.list(responses, "response count", kMessage);
   return w.take();
 }
 
 std::vector<Response> parse_responses(const char* data, size_t size) {
   Reader rd(data, size);
-  uint64_t n = rd.pod<uint64_t>();
-  if (n > size)
-    throw InternalError("corrupt negotiation message (response count); please report this");
-  std::vector<Response> out(n);
-  for (auto& r : out) {
-    r.type = rd.pod<ResponseType>();
-    uint64_t names = rd.pod<uint64_t>();
-    if (names > size)
-      throw InternalError("corrupt negotiation message (name count); please report this");
-    r.names.resize(names);
-    for (auto& s : r.names) s = rd.str();
-    uint64_t shapes = rd.pod<uint64_t>();
-    if (shapes > size)
-      throw InternalError("corrupt negotiation message (shape count); please report this");
-    r.shapes.resize(shapes);
-    for (auto& s : r.shapes) s = rd.dims();
-    r.first_dims = rd.dims();
-    r.dtype = rd.pod<DataType>();
-    r.reduce_op = rd.pod<ReduceOp>();
-    r.device_kind = device_kind(rd.pod<int32_t>());
-    r.root = rd.pod<int32_t>();
-    r.prescale = rd.pod<double>();
-    r.postscale = rd.pod<double>();
-    r.contributors = rd.pod<int32_t>();
-    r.last_joined_rank = rd.pod<int32_t>();
-    r.group = rd.str();
-    r.error = rd.str();
-  }
+  std::vector<Response> out;
+  rd.list(out, "response count", kMessage);
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include "common/ranks.h"
 #include "hvd/tensor.h"
+#include "ops/collective_op.h"
 
 namespace hvd {
 
@@ -60,6 +61,35 @@ enum class ResponseType : uint8_t {
   kError
 };
 const char* response_type_name(ResponseType t);
+
+// RequestType, ResponseType and ops::CollectiveType give the same value to the same collective:
+// the runtime converts between them with static_cast (rank 0 answers a request with the response
+// of the request's type; response_type_name names a response by its request type), and the values
+// travel in the messages. Reordering one of them must fail here, not mix collectives up.
+constexpr bool same_collective_value(RequestType request, ResponseType response) {
+  return static_cast<int>(request) == static_cast<int>(response);
+}
+constexpr bool same_collective_value(RequestType request, ops::CollectiveType collective) {
+  return static_cast<int>(request) == static_cast<int>(collective);
+}
+static_assert(same_collective_value(RequestType::kAllreduce, ResponseType::kAllreduce) &&
+                  same_collective_value(RequestType::kAllgather, ResponseType::kAllgather) &&
+                  same_collective_value(RequestType::kBroadcast, ResponseType::kBroadcast) &&
+                  same_collective_value(RequestType::kAlltoall, ResponseType::kAlltoall) &&
+                  same_collective_value(RequestType::kReducescatter,
+                                        ResponseType::kReducescatter) &&
+                  same_collective_value(RequestType::kBarrier, ResponseType::kBarrier) &&
+                  same_collective_value(RequestType::kJoin, ResponseType::kJoin),
+              "RequestType and ResponseType must list the shared types in the same order");
+static_assert(static_cast<int>(ResponseType::kError) == static_cast<int>(RequestType::kJoin) + 1,
+              "ResponseType::kError must follow the request types");
+static_assert(same_collective_value(RequestType::kAllreduce, ops::CollectiveType::kAllreduce) &&
+                  same_collective_value(RequestType::kAllgather, ops::CollectiveType::kAllgather) &&
+                  same_collective_value(RequestType::kBroadcast, ops::CollectiveType::kBroadcast) &&
+                  same_collective_value(RequestType::kAlltoall, ops::CollectiveType::kAlltoall) &&
+                  same_collective_value(RequestType::kReducescatter,
+                                        ops::CollectiveType::kReducescatter),
+              "RequestType and ops::CollectiveType must list the collectives in the same order");
 
 struct Response {
   ResponseType type = ResponseType::kAllreduce;

@@ -1,53 +1,18 @@
 // The public value types of hvd/tensor.h and hvd/version.h.
 #include <sstream>
 
+#include "common/dtype.h"
 #include "hvd/error.h"
 #include "hvd/tensor.h"
 #include "hvd/version.h"
 
 namespace hvd {
 
-const char* version_string() { return "0.1.0"; }
+const char* version_string() { return HVD_VERSION_STRING; }
 
-std::size_t dtype_size(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-    case DataType::kInt8:
-      return 1;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      return 2;
-    case DataType::kInt32:
-    case DataType::kFloat32:
-      return 4;
-    case DataType::kInt64:
-    case DataType::kFloat64:
-      return 8;
-  }
-  throw InvalidArgumentError("unknown DataType " + std::to_string(static_cast<int>(dtype)));
-}
+std::size_t dtype_size(DataType dtype) { return dtypes::size(dtype); }
 
-const char* dtype_name(DataType dtype) {
-  switch (dtype) {
-    case DataType::kUInt8:
-      return "uint8";
-    case DataType::kInt8:
-      return "int8";
-    case DataType::kInt32:
-      return "int32";
-    case DataType::kInt64:
-      return "int64";
-    case DataType::kFloat16:
-      return "float16";
-    case DataType::kBFloat16:
-      return "bfloat16";
-    case DataType::kFloat32:
-      return "float32";
-    case DataType::kFloat64:
-      return "float64";
-  }
-  return "unknown";
-}
+const char* dtype_name(DataType dtype) { return dtypes::name(dtype); }
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {

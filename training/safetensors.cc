@@ -1,12 +1,20 @@
 #include "training/safetensors.h"
 
+#define XXH_STATIC_LINKING_ONLY  // XXH64_state_t's definition, held inside Xxh64
+#include <xxhash.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <limits>
+#include <new>
+#include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
+#include "common/dtype.h"
 #include "hvd/error.h"
 
 namespace hvd::training {
@@ -16,22 +24,8 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace {
 
-struct DtypeInfo {
-  DataType dtype;
-  const char* name;
-  std::size_t bytes;
-};
-
-constexpr DtypeInfo kDtypes[] = {
-    {DataType::kUInt8, "U8", 1},    {DataType::kInt8, "I8", 1},
-    {DataType::kInt32, "I32", 4},   {DataType::kInt64, "I64", 8},
-    {DataType::kFloat16, "F16", 2}, {DataType::kBFloat16, "BF16", 2},
-    {DataType::kFloat32, "F32", 4}, {DataType::kFloat64, "F64", 8},
-};
-
-const DtypeInfo& info(DataType dtype) {
-  for (const auto& d : kDtypes)
-    if (d.dtype == dtype) return d;
+const dtypes::Info& info(DataType dtype) {
+  if (const dtypes::Info* i = dtypes::find(dtype)) return *i;
   throw InvalidArgumentError("safetensors: unknown DataType value " +
                              std::to_string(static_cast<int>(dtype)));
 }
@@ -73,38 +67,10 @@ uint64_t load_le64(const char* p) {
   return v;
 }
 
-// ---- XXH64 constants -----------------------------------------------------------------------------
-constexpr uint64_t kP1 = 0x9E3779B185EBCA87ULL;
-constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4FULL;
-constexpr uint64_t kP3 = 0x165667B19E3779F9ULL;
-constexpr uint64_t kP4 = 0x85EBCA77C2B2AE63ULL;
-constexpr uint64_t kP5 = 0x27D4EB2F165667C5ULL;
-
-uint64_t xxh_round(uint64_t acc, uint64_t input) {
-  acc += input * kP2;
-  acc = std::rotl(acc, 31);
-  return acc * kP1;
-}
-
-uint64_t xxh_merge(uint64_t acc, uint64_t val) {
-  acc ^= xxh_round(0, val);
-  return acc * kP1 + kP4;
-}
-
-uint32_t load_le32(const unsigned char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-uint64_t load_le64u(const unsigned char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-
 // ---- JSON ------------------------------------------------------------------------------------------
 
+// Writing: hvd's own escaping (not nlohmann's dump) so that the header bytes stay what they have
+// always been: \" \\ \n \r \t, \u00XX for the other control characters, every other byte as is.
 void append_json_string(std::string& out, std::string_view s) {
   out += '"';
   for (unsigned char c : s) {
@@ -137,374 +103,402 @@ void append_json_string(std::string& out, std::string_view s) {
   out += '"';
 }
 
-// True when s is well-formed UTF-8 (no overlong forms, no surrogates, at most U+10FFFF).
-bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int len;
-    uint32_t cp;
-    if ((c & 0xE0) == 0xC0)
-      len = 2, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0)
-      len = 3, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0)
-      len = 4, cp = c & 0x07;
-    else
-      return false;
-    if (i + len > s.size()) return false;
-    for (int k = 1; k < len; ++k) {
-      auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000))
-      return false;
-    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += len;
-  }
-  return true;
-}
+// Reading: nlohmann's SAX parser (strict RFC 8259: escapes, surrogate pairs, UTF-8 validated in
+// strings, nothing after the value but whitespace) drives HeaderReader, a state machine for
+// exactly the schema of a safetensors header. It rejects any other value where it happens, so
+// nesting never goes deeper than the schema and memory stays proportional to the header; no DOM
+// is built. The parser's errors are turned into messages in the schema's terms ("expected a string
+// as a tensor name, found '}'").
 
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
-// A strict reader of exactly the JSON a safetensors header holds: objects, strings, non-negative
-// integers and arrays of them. It is driven by the schema (no recursion, no DOM), so nesting cannot
-// exhaust the stack and memory stays proportional to the header.
-class JsonReader {
+// An iterator over the header text that records how far the parser has read it, so that errors
+// found in a SAX callback can say where (nlohmann tells the position of syntax errors only).
+class TrackedIterator {
  public:
-  explicit JsonReader(std::string_view s) : s_(s) {}
+  using iterator_category = std::forward_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
 
-  [[noreturn]] void fail(const std::string& what) const {
-    throw Error("malformed safetensors header at byte " + std::to_string(pos_) +
-                " of the JSON: " + what);
+  TrackedIterator() = default;
+  TrackedIterator(const char* p, const char** furthest) : p_(p), furthest_(furthest) {}
+  reference operator*() const { return *p_; }
+  TrackedIterator& operator++() {
+    if (++p_ > *furthest_) *furthest_ = p_;
+    return *this;
+  }
+  TrackedIterator operator++(int) {
+    TrackedIterator old = *this;
+    ++*this;
+    return old;
+  }
+  bool operator==(const TrackedIterator& other) const { return p_ == other.p_; }
+
+ private:
+  const char* p_ = nullptr;
+  const char** furthest_ = nullptr;
+};
+
+using Json = nlohmann::json;
+
+class HeaderReader final : public nlohmann::json_sax<Json> {
+ public:
+  HeaderReader(std::string_view text, SafetensorsHeader& out)
+      : text_(text), read_(text.data()), out_(out) {}
+
+  void parse() {
+    TrackedIterator begin(text_.data(), &read_), end(text_.data() + text_.size(), &read_);
+    Json::sax_parse(begin, end, this, nlohmann::json::input_format_t::json, /*strict=*/true,
+                    /*ignore_comments=*/false);
+    if (state_ != kDone) fail(read_offset(), "incomplete header");  // not reached
   }
 
-  void skip_ws() {
-    while (pos_ < s_.size() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
+  // ---- values ----
+  bool null() override { unexpected("'null'"); }
+  bool boolean(bool v) override { unexpected(v ? "'true'" : "'false'"); }
+  bool binary(binary_t&) override { unexpected("binary data"); }
+  bool number_integer(number_integer_t v) override {
+    // nlohmann reports only numbers written with a '-' here.
+    if (wants_number()) fail(read_offset(), "negative number " + ctx());
+    unexpected("'" + std::to_string(v) + "'");
   }
-  bool at_end() {
-    skip_ws();
-    return pos_ == s_.size();
+  bool number_float(number_float_t, const string_t& text) override {
+    if (!wants_number()) unexpected("'" + text + "'");
+    if (!text.empty() && text[0] == '-') fail(read_offset(), "negative number " + ctx());
+    if (text.find_first_of(".eE") != string_t::npos)
+      fail(read_offset(), "expected an integer " + ctx() + ", found a fraction or exponent");
+    fail(read_offset(), "number too large " + ctx());  // an integer beyond uint64_t
   }
-  std::string found() const {
-    if (pos_ >= s_.size()) return "the end of the header";
-    auto c = static_cast<unsigned char>(s_[pos_]);
-    if (c >= 0x20 && c < 0x7F) return std::string("'") + static_cast<char>(c) + "'";
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "byte 0x%02x", c);
-    return buf;
+  bool number_unsigned(number_unsigned_t v) override {
+    switch (state_) {
+      case kShape:
+        if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+          fail(read_offset(), "dimension " + std::to_string(v) + " too large " + in_tensor());
+        tensor().shape.push_back(static_cast<int64_t>(v));
+        return true;
+      case kBegin:
+        tensor().begin = v;
+        state_ = kEnd;
+        return true;
+      case kEnd:
+        tensor().end = v;
+        state_ = kOffsetsClose;
+        return true;
+      default:
+        unexpected("'" + std::to_string(v) + "'");
+    }
   }
-  void expect(char c, const char* context) {
-    skip_ws();
-    if (pos_ >= s_.size() || s_[pos_] != c)
-      fail(std::string("expected '") + c + "' " + context + ", found " + found());
-    ++pos_;
-  }
-  // After an element of a container: true for ',' (another follows), false for the closer.
-  bool next(char closer, const char* context) {
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == ',') {
-      ++pos_;
+  bool string(string_t& s) override {
+    if (state_ == kMetaValue) {
+      if (!out_.metadata.emplace(std::move(meta_key_), std::move(s)).second)
+        fail(read_offset(), "duplicate __metadata__ key");
+      state_ = kMeta;
       return true;
     }
-    if (pos_ < s_.size() && s_[pos_] == closer) {
-      ++pos_;
-      return false;
+    if (state_ != kDtype) unexpected("a string");
+    auto dtype = parse_safetensors_dtype(s);
+    if (!dtype) {
+      std::string known;
+      for (const auto& info : dtypes::kTable)
+        known += std::string(known.empty() ? "" : ", ") + info.safetensors;
+      fail(read_offset(),
+           "unknown dtype '" + s + "' " + in_tensor() + " (hvd reads " + known + ")");
     }
-    fail(std::string("expected ',' or '") + closer + "' " + context + ", found " + found());
-  }
-  // True (and consumed) when the container opened just before is empty.
-  bool empty(char closer) {
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == closer) {
-      ++pos_;
-      return true;
-    }
-    return false;
+    tensor().dtype = *dtype;
+    state_ = kTensor;
+    return true;
   }
 
-  std::string string(const char* context) {
-    skip_ws();
-    if (pos_ >= s_.size() || s_[pos_] != '"')
-      fail(std::string("expected a string ") + context + ", found " + found());
-    ++pos_;
-    std::string out;
-    while (true) {
-      if (pos_ >= s_.size()) fail(std::string("unterminated string ") + context);
-      auto c = static_cast<unsigned char>(s_[pos_++]);
-      if (c == '"') return out;
-      if (c < 0x20) {
-        --pos_;
-        fail(std::string("raw control character in a string ") + context + " (" + found() + ")");
-      }
-      if (c != '\\') {
-        out += static_cast<char>(c);
-        continue;
-      }
-      if (pos_ >= s_.size()) fail("unterminated escape");
-      char e = s_[pos_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xDC00 && cp <= 0xDFFF) fail("lone low surrogate in a \\u escape");
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (pos_ + 2 > s_.size() || s_[pos_] != '\\' || s_[pos_ + 1] != 'u')
-              fail("high surrogate not followed by a low surrogate");
-            pos_ += 2;
-            uint32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) fail("high surrogate not followed by a low surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
+  // ---- containers ----
+  bool start_object(std::size_t) override {
+    switch (state_) {
+      case kStart:
+        state_ = kTop;
+        return true;
+      case kMetaOpen:
+        state_ = kMeta;
+        return true;
+      case kTensorOpen:
+        state_ = kTensor;
+        return true;
+      default:
+        unexpected("'{'");
+    }
+  }
+  bool key(string_t& k) override {
+    switch (state_) {
+      case kTop:
+        if (k == "__metadata__") {
+          if (have_metadata_) fail(read_offset(), "duplicate __metadata__");
+          have_metadata_ = true;
+          state_ = kMetaOpen;
+          return true;
         }
-        default:
-          --pos_;
-          fail("invalid escape \\" + found());
-      }
+        if (!names_.insert(k).second) fail(read_offset(), "duplicate tensor name '" + k + "'");
+        out_.tensors.emplace_back().name = std::move(k);
+        have_dtype_ = have_shape_ = have_offsets_ = false;
+        state_ = kTensorOpen;
+        return true;
+      case kMeta:
+        meta_key_ = std::move(k);
+        state_ = kMetaValue;
+        return true;
+      default:  // kTensor: the grammar allows keys in objects only
+        break;
+    }
+    bool* seen = k == "dtype"          ? &have_dtype_
+                 : k == "shape"        ? &have_shape_
+                 : k == "data_offsets" ? &have_offsets_
+                                       : nullptr;
+    if (!seen)
+      fail(read_offset(),
+           "unknown key '" + k + "' " + in_tensor() + " (expected dtype, shape, data_offsets)");
+    if (*seen) fail(read_offset(), "duplicate key '" + k + "' " + in_tensor());
+    *seen = true;
+    state_ = seen == &have_dtype_ ? kDtype : seen == &have_shape_ ? kShapeOpen : kOffsetsOpen;
+    return true;
+  }
+  bool end_object() override {
+    switch (state_) {
+      case kTop:
+        state_ = kDone;
+        return true;
+      case kMeta:
+        state_ = kTop;
+        return true;
+      default:  // kTensor
+        if (!have_dtype_ || !have_shape_ || !have_offsets_)
+          fail(read_offset(), "tensor '" + tensor().name + "' lacks " +
+                                  (!have_dtype_   ? "dtype"
+                                   : !have_shape_ ? "shape"
+                                                  : "data_offsets"));
+        state_ = kTop;
+        return true;
     }
   }
-
-  // A non-negative integer that fits in uint64_t; JSON syntax (no leading zeros, no fraction).
-  uint64_t uint(const std::string& context) {
-    skip_ws();
-    if (pos_ < s_.size() && s_[pos_] == '-') fail("negative number " + context);
-    if (pos_ >= s_.size() || s_[pos_] < '0' || s_[pos_] > '9')
-      fail("expected a non-negative integer " + context + ", found " + found());
-    if (s_[pos_] == '0' && pos_ + 1 < s_.size() && s_[pos_ + 1] >= '0' && s_[pos_ + 1] <= '9')
-      fail("number with a leading zero " + context);
-    uint64_t v = 0;
-    while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
-      auto d = static_cast<uint64_t>(s_[pos_] - '0');
-      if (v > (std::numeric_limits<uint64_t>::max() - d) / 10) fail("number too large " + context);
-      v = v * 10 + d;
-      ++pos_;
+  bool start_array(std::size_t) override {
+    if (state_ == kShapeOpen) {
+      state_ = kShape;
+    } else if (state_ == kOffsetsOpen) {
+      state_ = kBegin;
+    } else {
+      unexpected("'['");
     }
-    if (pos_ < s_.size() && (s_[pos_] == '.' || s_[pos_] == 'e' || s_[pos_] == 'E'))
-      fail("expected an integer " + context + ", found a fraction or exponent");
-    return v;
+    return true;
+  }
+  bool end_array() override {
+    if (state_ == kShape || state_ == kOffsetsClose) {
+      state_ = kTensor;
+      return true;
+    }
+    if (state_ == kEnd)
+      fail(read_offset(),
+           "expected ',' between the two data_offsets " + in_tensor() + ", found ']'");
+    unexpected("']'");
+  }
+
+  // ---- syntax errors ----
+  bool parse_error(std::size_t position, const std::string& last_token,
+                   const nlohmann::detail::exception& ex) override {
+    const std::size_t at = position > 0 ? position - 1 : 0;
+    if (state_ == kDone) fail(at, "trailing characters after the header object");
+    // ex.what(): "... syntax error while parsing <context> - <detail>[; expected <token>]", where
+    // detail is "unexpected <token>" or the lexer's complaint "<problem>; last read: '<text>'".
+    const std::string what = ex.what();
+    const std::size_t c = what.find("while parsing ");
+    const std::size_t d = what.find(" - ", c);
+    const std::string context =
+        c == std::string::npos || d == std::string::npos ? "" : what.substr(c + 14, d - c - 14);
+    const std::string detail = d == std::string::npos ? what : what.substr(d + 3);
+    auto has = [&](const char* s) { return detail.rfind(s, 0) == 0; };
+
+    static constexpr const char* kStringErrors[][2] = {
+        {"invalid string: missing closing quote", "unterminated string"},
+        {"invalid string: '\\u' must be followed by 4 hex digits",
+         "invalid hex digit in a \\u escape (4 are needed)"},
+        {"invalid string: surrogate U+D800..U+DBFF",
+         "high surrogate not followed by a low surrogate"},
+        {"invalid string: surrogate U+DC00..U+DFFF", "lone low surrogate in a \\u escape"},
+    };
+    for (const auto& [prefix, message] : kStringErrors)
+      if (has(prefix)) fail(at, std::string(message) + " " + ctx());
+    if (has("invalid string: forbidden character after backslash"))
+      fail(at, "invalid escape \\" + found_at(position, detail) + " " + ctx());
+    if (has("invalid string: control character")) {
+      const std::size_t u = detail.find("U+");
+      fail(at, "raw control character in a string " + ctx() + " (" +
+                   (u == std::string::npos ? "escape it" : detail.substr(u, 6)) + ")");
+    }
+    if (has("invalid string: ill-formed UTF-8"))
+      throw Error("safetensors header is not valid UTF-8 (at byte " + std::to_string(at) +
+                  " of the JSON, " + ctx() + ")");
+    if (has("invalid number") && wants_number()) {
+      if (!last_token.empty() && last_token[0] == '-') fail(at, "negative number " + ctx());
+      fail(at, "expected an integer " + ctx() + ", found a fraction or exponent");
+    }
+    // A number right after a '0' that began a number: "01" is lexed as 0 then 1. (The lexer
+    // restarts last_token at each number, string and literal; structural characters accumulate.)
+    const std::size_t token_start =
+        position >= last_token.size() ? position - last_token.size() : 0;
+    if (has("unexpected number literal") && !last_token.empty() && last_token[0] != '-' &&
+        token_start > 0 && text_[token_start - 1] == '0')
+      fail(token_start - 1, "number with a leading zero " + ctx());
+
+    std::string expected;
+    if (context == "object key") {
+      expected = "a string " + ctx();
+    } else if (context == "object separator") {
+      expected = std::string("':' ") + (state_ == kTensorOpen || state_ == kMetaOpen
+                                            ? "after a tensor name"
+                                        : state_ == kMetaValue ? "after a __metadata__ key"
+                                                               : "after a key " + in_tensor());
+    } else if (context == "object") {
+      expected = std::string("',' or '}' ") + (state_ == kTop    ? "after a tensor"
+                                               : state_ == kMeta ? "in __metadata__"
+                                                                 : in_tensor());
+    } else if (context == "array") {
+      expected = state_ == kShape ? "',' or ']' in the shape " + in_tensor()
+                 : state_ == kEnd ? "',' between the two data_offsets " + in_tensor()
+                                  : "']' after the two data_offsets " + in_tensor();
+    } else {
+      expected = wanted() + " " + ctx();
+    }
+    fail(at, "expected " + expected + ", found " + found_at(position, detail));
   }
 
  private:
-  uint32_t hex4() {
-    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = s_[pos_];
-      uint32_t d;
-      if (c >= '0' && c <= '9')
-        d = c - '0';
-      else if (c >= 'a' && c <= 'f')
-        d = c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F')
-        d = c - 'A' + 10;
+  enum State {
+    kStart,         // before the header object
+    kTop,           // in the header object: a tensor name, __metadata__ or its end
+    kMetaOpen,      // after "__metadata__":
+    kMeta,          // in __metadata__: a key or its end
+    kMetaValue,     // after a __metadata__ key
+    kTensorOpen,    // after a tensor name
+    kTensor,        // in a tensor: dtype, shape, data_offsets or its end
+    kDtype,         // after "dtype":
+    kShapeOpen,     // after "shape":
+    kShape,         // in the shape
+    kOffsetsOpen,   // after "data_offsets":
+    kBegin,         // after "data_offsets":[
+    kEnd,           // after the begin offset
+    kOffsetsClose,  // after the end offset
+    kDone,          // after the header object
+  };
+
+  [[noreturn]] void fail(std::size_t at, const std::string& what) const {
+    throw Error("malformed safetensors header at byte " + std::to_string(at) +
+                " of the JSON: " + what);
+  }
+  // A value the schema does not allow here.
+  [[noreturn]] void unexpected(const std::string& found) const {
+    fail(read_offset(), "expected " + wanted() + " " + ctx() + ", found " + found);
+  }
+  std::size_t read_offset() const {
+    const auto n = static_cast<std::size_t>(read_ - text_.data());
+    return n > 0 ? n - 1 : 0;
+  }
+  SafetensorsEntry& tensor() { return out_.tensors.back(); }
+  std::string in_tensor() const { return "in tensor '" + out_.tensors.back().name + "'"; }
+  bool wants_number() const { return state_ == kShape || state_ == kBegin || state_ == kEnd; }
+  // Per state: what the schema wants at a value there, and where that is ('%' stands for "in
+  // tensor '<name>'", '#' for the tensor's name, '@' for the __metadata__ key).
+  struct StateText {
+    const char* wanted;
+    const char* where;
+  };
+  static constexpr StateText kText[] = {
+      {"'{'", "at the start of the header"},
+      {"a string", "as a tensor name"},
+      {"'{'", "to open __metadata__"},
+      {"a string", "as a __metadata__ key"},
+      {"a string", "as the value of __metadata__ '@' (values are strings)"},
+      {"'{'", "to open tensor '#'"},
+      {"a string", "%"},
+      {"a string", "as the dtype %"},
+      {"'['", "to open the shape %"},
+      {"a non-negative integer", "as a dimension %"},
+      {"'['", "to open data_offsets %"},
+      {"a non-negative integer", "as the begin offset %"},
+      {"a non-negative integer", "as the end offset %"},
+      {"']'", "after the two data_offsets %"},
+      {"nothing", "after the header object"},
+  };
+  static_assert(std::size(kText) == kDone + 1);
+  std::string wanted() const { return kText[state_].wanted; }
+  std::string ctx() const {
+    std::string out;
+    for (const char* p = kText[state_].where; *p; ++p) {
+      if (*p == '%')
+        out += in_tensor();
+      else if (*p == '#')
+        out += out_.tensors.back().name;
+      else if (*p == '@')
+        out += meta_key_;
       else
-        fail("invalid hex digit in a \\u escape: " + found());
-      v = v * 16 + d;
-      ++pos_;
+        out += *p;
     }
-    return v;
+    return out;
+  }
+  // What the parser stopped at: the byte before `position` (the character that ended the token
+  // in error), as the messages show it.
+  std::string found_at(std::size_t position, const std::string& detail) const {
+    if (position == 0 || position > text_.size() ||
+        detail.find("end of input") != std::string::npos)
+      return "the end of the header";
+    const auto c = static_cast<unsigned char>(text_[position - 1]);
+    if (c == '"') return "a string";
+    if (c < 0x20 || c >= 0x7F) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "byte 0x%02x", c);
+      return buf;
+    }
+    return std::string("'") + static_cast<char>(c) + "'";
   }
 
-  std::string_view s_;
-  std::size_t pos_ = 0;
+  std::string_view text_;
+  const char* read_;  // how far the parser has read text_
+  SafetensorsHeader& out_;
+  State state_ = kStart;
+  std::set<std::string> names_;
+  std::string meta_key_;
+  bool have_metadata_ = false, have_dtype_ = false, have_shape_ = false, have_offsets_ = false;
 };
-
-SafetensorsEntry parse_entry(JsonReader& json, std::string name) {
-  SafetensorsEntry e;
-  e.name = std::move(name);
-  const std::string ctx = "in tensor '" + e.name + "'";
-  bool have_dtype = false, have_shape = false, have_offsets = false;
-  json.expect('{', ("to open tensor '" + e.name + "'").c_str());
-  if (!json.empty('}')) {
-    do {
-      std::string key = json.string(ctx.c_str());
-      json.expect(':', ("after a key " + ctx).c_str());
-      if (key == "dtype") {
-        if (have_dtype) json.fail("duplicate key 'dtype' " + ctx);
-        have_dtype = true;
-        std::string d = json.string(("as the dtype " + ctx).c_str());
-        auto dt = parse_safetensors_dtype(d);
-        if (!dt)
-          json.fail("unknown dtype '" + d + "' " + ctx +
-                    " (hvd reads U8, I8, I32, I64, F16, BF16, F32, F64)");
-        e.dtype = *dt;
-      } else if (key == "shape") {
-        if (have_shape) json.fail("duplicate key 'shape' " + ctx);
-        have_shape = true;
-        json.expect('[', ("to open the shape " + ctx).c_str());
-        if (!json.empty(']')) {
-          do {
-            uint64_t d = json.uint("as a dimension " + ctx);
-            if (d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-              json.fail("dimension " + std::to_string(d) + " too large " + ctx);
-            e.shape.push_back(static_cast<int64_t>(d));
-          } while (json.next(']', ("in the shape " + ctx).c_str()));
-        }
-      } else if (key == "data_offsets") {
-        if (have_offsets) json.fail("duplicate key 'data_offsets' " + ctx);
-        have_offsets = true;
-        json.expect('[', ("to open data_offsets " + ctx).c_str());
-        e.begin = json.uint("as the begin offset " + ctx);
-        json.expect(',', ("between the two data_offsets " + ctx).c_str());
-        e.end = json.uint("as the end offset " + ctx);
-        json.expect(']', ("after the two data_offsets " + ctx).c_str());
-      } else {
-        json.fail("unknown key '" + key + "' " + ctx + " (expected dtype, shape, data_offsets)");
-      }
-    } while (json.next('}', ctx.c_str()));
-  }
-  if (!have_dtype || !have_shape || !have_offsets)
-    json.fail("tensor '" + e.name + "' lacks " +
-              (!have_dtype   ? "dtype"
-               : !have_shape ? "shape"
-                             : "data_offsets"));
-  return e;
-}
-
-void parse_metadata(JsonReader& json, std::map<std::string, std::string>& out) {
-  json.expect('{', "to open __metadata__");
-  if (json.empty('}')) return;
-  do {
-    std::string key = json.string("as a __metadata__ key");
-    json.expect(':', "after a __metadata__ key");
-    std::string value =
-        json.string(("as the value of __metadata__ '" + key + "' (values are strings)").c_str());
-    if (!out.emplace(std::move(key), std::move(value)).second)
-      json.fail("duplicate __metadata__ key");
-  } while (json.next('}', "in __metadata__"));
-}
 
 }  // namespace
 
 // ---- dtypes ----------------------------------------------------------------------------------------
 
-const char* safetensors_dtype_name(DataType dtype) { return info(dtype).name; }
+const char* safetensors_dtype_name(DataType dtype) { return info(dtype).safetensors; }
 
 std::optional<DataType> parse_safetensors_dtype(std::string_view name) {
-  for (const auto& d : kDtypes)
-    if (name == d.name) return d.dtype;
-  return std::nullopt;
+  return dtypes::from_safetensors(name);
 }
 
-std::size_t element_bytes(DataType dtype) { return info(dtype).bytes; }
+std::size_t element_bytes(DataType dtype) { return info(dtype).size; }
 
 // ---- XXH64 -----------------------------------------------------------------------------------------
 
-Xxh64::Xxh64(uint64_t seed)
-    : v_{seed + kP1 + kP2, seed + kP2, seed, seed - kP1}, buffer_{}, seed_(seed) {}
+namespace {
+XXH64_state_t* xxh_state(unsigned char* bytes) {
+  return std::launder(reinterpret_cast<XXH64_state_t*>(bytes));
+}
+const XXH64_state_t* xxh_state(const unsigned char* bytes) {
+  return std::launder(reinterpret_cast<const XXH64_state_t*>(bytes));
+}
+}  // namespace
+
+Xxh64::Xxh64(uint64_t seed) {
+  static_assert(sizeof(XXH64_state_t) == sizeof(state_) && alignof(XXH64_state_t) <= 8,
+                "Xxh64::state_ must hold an XXH64_state_t (training/safetensors.h)");
+  static_assert(std::is_trivially_copyable_v<XXH64_state_t>);
+  XXH64_reset(new (state_) XXH64_state_t, seed);
+}
 
 void Xxh64::update(const void* data, std::size_t size) {
-  auto p = static_cast<const unsigned char*>(data);
-  total_ += size;
-  if (buffered_ + size < 32) {
-    if (size) std::memcpy(buffer_ + buffered_, p, size);
-    buffered_ += size;
-    return;
-  }
-  if (buffered_) {
-    std::size_t fill = 32 - buffered_;
-    std::memcpy(buffer_ + buffered_, p, fill);
-    for (int i = 0; i < 4; ++i) v_[i] = xxh_round(v_[i], load_le64u(buffer_ + 8 * i));
-    p += fill;
-    size -= fill;
-    buffered_ = 0;
-  }
-  while (size >= 32) {
-    v_[0] = xxh_round(v_[0], load_le64u(p));
-    v_[1] = xxh_round(v_[1], load_le64u(p + 8));
-    v_[2] = xxh_round(v_[2], load_le64u(p + 16));
-    v_[3] = xxh_round(v_[3], load_le64u(p + 24));
-    p += 32;
-    size -= 32;
-  }
-  if (size) std::memcpy(buffer_, p, size);
-  buffered_ = size;
+  if (size) XXH64_update(xxh_state(state_), data, size);
 }
 
-uint64_t Xxh64::digest() const {
-  uint64_t h;
-  if (total_ >= 32) {
-    h = std::rotl(v_[0], 1) + std::rotl(v_[1], 7) + std::rotl(v_[2], 12) + std::rotl(v_[3], 18);
-    for (uint64_t v : v_) h = xxh_merge(h, v);
-  } else {
-    h = seed_ + kP5;
-  }
-  h += total_;
-  const unsigned char* p = buffer_;
-  std::size_t n = buffered_;
-  while (n >= 8) {
-    h ^= xxh_round(0, load_le64u(p));
-    h = std::rotl(h, 27) * kP1 + kP4;
-    p += 8;
-    n -= 8;
-  }
-  if (n >= 4) {
-    h ^= static_cast<uint64_t>(load_le32(p)) * kP1;
-    h = std::rotl(h, 23) * kP2 + kP3;
-    p += 4;
-    n -= 4;
-  }
-  while (n > 0) {
-    h ^= (*p) * kP5;
-    h = std::rotl(h, 11) * kP1;
-    ++p;
-    --n;
-  }
-  h ^= h >> 33;
-  h *= kP2;
-  h ^= h >> 29;
-  h *= kP3;
-  h ^= h >> 32;
-  return h;
-}
+uint64_t Xxh64::digest() const { return XXH64_digest(xxh_state(state_)); }
 
 // ---- header ----------------------------------------------------------------------------------------
 
@@ -649,30 +643,11 @@ SafetensorsHeader parse_header(std::string_view prefix, uint64_t file_size) {
                 " bytes given, the header needs " + std::to_string(8 + n));
   std::string_view text = prefix.substr(8, n);
   if (text.empty() || text[0] != '{') throw Error("safetensors header does not start with '{'");
-  if (!valid_utf8(text)) throw Error("safetensors header is not valid UTF-8");
 
   SafetensorsHeader h;
   h.data_offset = 8 + n;
   h.data_size = file_size - h.data_offset;
-  JsonReader json(text);
-  json.expect('{', "at the start of the header");
-  bool have_metadata = false;
-  std::set<std::string> names;
-  if (!json.empty('}')) {
-    do {
-      std::string key = json.string("as a tensor name");
-      json.expect(':', "after a tensor name");
-      if (key == "__metadata__") {
-        if (have_metadata) json.fail("duplicate __metadata__");
-        have_metadata = true;
-        parse_metadata(json, h.metadata);
-        continue;
-      }
-      if (!names.insert(key).second) json.fail("duplicate tensor name '" + key + "'");
-      h.tensors.push_back(parse_entry(json, std::move(key)));
-    } while (json.next('}', "after a tensor"));
-  }
-  if (!json.at_end()) json.fail("trailing characters after the header object");
+  HeaderReader(text, h).parse();
 
   // Offsets: each tensor spans exactly its byte size, and sorted by begin they tile the data
   // section [0, data_size) without gap or overlap.

@@ -55,7 +55,7 @@ std::optional<DataType> parse_safetensors_dtype(std::string_view name);
 // Bytes per element (1, 1, 4, 8, 2, 2, 4, 8); no runtime needed.
 std::size_t element_bytes(DataType dtype);
 
-// XXH64 (the xxHash 64-bit algorithm), streaming. Not thread-safe; cheap to copy.
+// XXH64 (the xxHash 64-bit algorithm; libxxhash), streaming. Not thread-safe; cheap to copy.
 class Xxh64 {
  public:
   explicit Xxh64(uint64_t seed = 0);
@@ -63,11 +63,9 @@ class Xxh64 {
   uint64_t digest() const;
 
  private:
-  uint64_t v_[4];
-  uint64_t total_ = 0;
-  unsigned char buffer_[32];
-  std::size_t buffered_ = 0;
-  uint64_t seed_;
+  // libxxhash's XXH64_state_t, held by value (so the object copies like the old hand-written one)
+  // without this header needing xxhash.h; safetensors.cc checks the size.
+  alignas(8) unsigned char state_[88];
 };
 
 // A tensor as the format sees it: a name, a dtype, a shape and its bytes (CPU memory). For writing,

@@ -58,6 +58,9 @@ inline bool is_16bit_float(DataType t) {
   return t == DataType::kFloat16 || t == DataType::kBFloat16;
 }
 
+// The test oracle's own dtype sizes and names, written out on purpose instead of taken from the
+// library's table (common/dtype.h) or hvd::dtype_size/dtype_name: an error in that table must make
+// these tests fail, not agree with it.
 inline std::size_t elem_size(DataType t) {
   switch (t) {
     case DataType::kUInt8:
