@@ -3,41 +3,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/json_string.h"
 #include "hvd/error.h"
 
 namespace hvd {
-namespace {
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 Timeline::Timeline(const std::string& path, bool mark_cycles)
     : mark_cycles_(mark_cycles), start_(std::chrono::steady_clock::now()) {

@@ -89,99 +89,100 @@ Kind adam_like(int id, const char* name) {
   return k;
 }
 
+Kind sgd_kind() {
+  Kind k;
+  k.id = 1;
+  k.name = "SGD";
+  k.fields = {"momentum_buffer"};
+  k.num_options = 5;
+  k.make = [] { return std::make_unique<optim::SGDParamState>(); };
+  k.field = [](optim::OptimizerParamState& s, std::size_t) -> at::Tensor& {
+    return as<optim::SGDParamState>(s).momentum_buffer();
+  };
+  k.get_options = [](optim::OptimizerOptions& o) {
+    auto& a = as_options<optim::SGDOptions>(o);
+    return std::vector<double>{a.lr(), a.momentum(), a.dampening(), a.weight_decay(),
+                               a.nesterov() ? 1.0 : 0.0};
+  };
+  k.set_options = [](optim::OptimizerOptions& o, const std::vector<double>& v) {
+    as_options<optim::SGDOptions>(o)
+        .lr(v[0])
+        .momentum(v[1])
+        .dampening(v[2])
+        .weight_decay(v[3])
+        .nesterov(v[4] != 0);
+  };
+  return k;
+}
+
+Kind adagrad_kind() {
+  Kind k;
+  k.id = 4;
+  k.name = "Adagrad";
+  k.fields = {"sum"};
+  k.has_step = true;
+  k.num_options = 5;
+  k.make = [] { return std::make_unique<optim::AdagradParamState>(); };
+  k.field = [](optim::OptimizerParamState& s, std::size_t) -> at::Tensor& {
+    return as<optim::AdagradParamState>(s).sum();
+  };
+  k.step = [](optim::OptimizerParamState& s) -> int64_t& {
+    return as<optim::AdagradParamState>(s).step();
+  };
+  k.get_options = [](optim::OptimizerOptions& o) {
+    auto& a = as_options<optim::AdagradOptions>(o);
+    return std::vector<double>{a.lr(), a.lr_decay(), a.weight_decay(),
+                               a.initial_accumulator_value(), a.eps()};
+  };
+  k.set_options = [](optim::OptimizerOptions& o, const std::vector<double>& v) {
+    as_options<optim::AdagradOptions>(o)
+        .lr(v[0])
+        .lr_decay(v[1])
+        .weight_decay(v[2])
+        .initial_accumulator_value(v[3])
+        .eps(v[4]);
+  };
+  return k;
+}
+
+Kind rmsprop_kind() {
+  Kind k;
+  k.id = 5;
+  k.name = "RMSprop";
+  k.fields = {"square_avg", "momentum_buffer", "grad_avg"};
+  k.has_step = true;
+  k.num_options = 6;
+  k.make = [] { return std::make_unique<optim::RMSpropParamState>(); };
+  k.field = [](optim::OptimizerParamState& s, std::size_t f) -> at::Tensor& {
+    auto& st = as<optim::RMSpropParamState>(s);
+    return f == 0 ? st.square_avg() : f == 1 ? st.momentum_buffer() : st.grad_avg();
+  };
+  k.step = [](optim::OptimizerParamState& s) -> int64_t& {
+    return as<optim::RMSpropParamState>(s).step();
+  };
+  k.get_options = [](optim::OptimizerOptions& o) {
+    auto& a = as_options<optim::RMSpropOptions>(o);
+    return std::vector<double>{a.lr(),           a.alpha(),    a.eps(),
+                               a.weight_decay(), a.momentum(), a.centered() ? 1.0 : 0.0};
+  };
+  k.set_options = [](optim::OptimizerOptions& o, const std::vector<double>& v) {
+    as_options<optim::RMSpropOptions>(o)
+        .lr(v[0])
+        .alpha(v[1])
+        .eps(v[2])
+        .weight_decay(v[3])
+        .momentum(v[4])
+        .centered(v[5] != 0);
+  };
+  return k;
+}
+
 // The optimizer's kind, or an InvalidArgumentError naming the supported ones.
 const Kind& kind_of(const optim::Optimizer& opt, const char* what) {
-  static const std::vector<Kind> kinds = [] {
-    std::vector<Kind> v;
-    {
-      Kind k;
-      k.id = 1;
-      k.name = "SGD";
-      k.fields = {"momentum_buffer"};
-      k.num_options = 5;
-      k.make = [] { return std::make_unique<optim::SGDParamState>(); };
-      k.field = [](optim::OptimizerParamState& s, std::size_t) -> at::Tensor& {
-        return as<optim::SGDParamState>(s).momentum_buffer();
-      };
-      k.get_options = [](optim::OptimizerOptions& o) {
-        auto& a = as_options<optim::SGDOptions>(o);
-        return std::vector<double>{a.lr(), a.momentum(), a.dampening(), a.weight_decay(),
-                                   a.nesterov() ? 1.0 : 0.0};
-      };
-      k.set_options = [](optim::OptimizerOptions& o, const std::vector<double>& v) {
-        as_options<optim::SGDOptions>(o)
-            .lr(v[0])
-            .momentum(v[1])
-            .dampening(v[2])
-            .weight_decay(v[3])
-            .nesterov(v[4] != 0);
-      };
-      v.push_back(std::move(k));
-    }
-    v.push_back(adam_like<optim::AdamParamState, optim::AdamOptions>(2, "Adam"));
-    v.push_back(adam_like<optim::AdamWParamState, optim::AdamWOptions>(3, "AdamW"));
-    {
-      Kind k;
-      k.id = 4;
-      k.name = "Adagrad";
-      k.fields = {"sum"};
-      k.has_step = true;
-      k.num_options = 5;
-      k.make = [] { return std::make_unique<optim::AdagradParamState>(); };
-      k.field = [](optim::OptimizerParamState& s, std::size_t) -> at::Tensor& {
-        return as<optim::AdagradParamState>(s).sum();
-      };
-      k.step = [](optim::OptimizerParamState& s) -> int64_t& {
-        return as<optim::AdagradParamState>(s).step();
-      };
-      k.get_options = [](optim::OptimizerOptions& o) {
-        auto& a = as_options<optim::AdagradOptions>(o);
-        return std::vector<double>{a.lr(), a.lr_decay(), a.weight_decay(),
-                                   a.initial_accumulator_value(), a.eps()};
-      };
-      k.set_options = [](optim::OptimizerOptions& o, const std::vector<double>& v) {
-        as_options<optim::AdagradOptions>(o)
-            .lr(v[0])
-            .lr_decay(v[1])
-            .weight_decay(v[2])
-            .initial_accumulator_value(v[3])
-            .eps(v[4]);
-      };
-      v.push_back(std::move(k));
-    }
-    {
-      Kind k;
-      k.id = 5;
-      k.name = "RMSprop";
-      k.fields = {"square_avg", "momentum_buffer", "grad_avg"};
-      k.has_step = true;
-      k.num_options = 6;
-      k.make = [] { return std::make_unique<optim::RMSpropParamState>(); };
-      k.field = [](optim::OptimizerParamState& s, std::size_t f) -> at::Tensor& {
-        auto& st = as<optim::RMSpropParamState>(s);
-        return f == 0 ? st.square_avg() : f == 1 ? st.momentum_buffer() : st.grad_avg();
-      };
-      k.step = [](optim::OptimizerParamState& s) -> int64_t& {
-        return as<optim::RMSpropParamState>(s).step();
-      };
-      k.get_options = [](optim::OptimizerOptions& o) {
-        auto& a = as_options<optim::RMSpropOptions>(o);
-        return std::vector<double>{a.lr(),           a.alpha(),    a.eps(),
-                                   a.weight_decay(), a.momentum(), a.centered() ? 1.0 : 0.0};
-      };
-      k.set_options = [](optim::OptimizerOptions& o, const std::vector<double>& v) {
-        as_options<optim::RMSpropOptions>(o)
-            .lr(v[0])
-            .alpha(v[1])
-            .eps(v[2])
-            .weight_decay(v[3])
-            .momentum(v[4])
-            .centered(v[5] != 0);
-      };
-      v.push_back(std::move(k));
-    }
-    return v;
-  }();
+  static const std::vector<Kind> kinds = {
+      sgd_kind(), adam_like<optim::AdamParamState, optim::AdamOptions>(2, "Adam"),
+      adam_like<optim::AdamWParamState, optim::AdamWOptions>(3, "AdamW"), adagrad_kind(),
+      rmsprop_kind()};
   int id = 0;
   if (dynamic_cast<const optim::SGD*>(&opt))
     id = 1;

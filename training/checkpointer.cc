@@ -188,6 +188,46 @@ void Checkpointer::save(int64_t step, const std::vector<NamedTensor>& tensors,
   if (s.code != kOk) throw_status(s);
 }
 
+namespace {
+
+// A checkpoint file's verified header, whose metadata says it is hvd's and of the file name's step;
+// throws Error otherwise.
+training::SafetensorsHeader read_hvd_header(const training::CheckpointFile& file) {
+  training::SafetensorsHeader header = training::read_verified_header(file.path);
+  auto step = header.metadata.find("step");
+  auto format = header.metadata.find("format");
+  if (format == header.metadata.end() || format->second != "hvd")
+    throw Error("__metadata__ has no \"format\": \"hvd\"");
+  if (step == header.metadata.end() || step->second != std::to_string(file.step))
+    throw Error(
+        "__metadata__ step " +
+        (step == header.metadata.end() ? std::string("is missing") : "'" + step->second + "'") +
+        " does not match the file name's step " + std::to_string(file.step));
+  return header;
+}
+
+// Rank 0's values of `tensors` to every rank (tensors without elements are skipped); waits for
+// all of them and rethrows the first failure.
+void broadcast_from_root(const std::vector<NamedTensor>& tensors) {
+  std::vector<Handle> handles;
+  for (const auto& t : tensors) {
+    const auto& shape = t.tensor.shape();
+    if (std::find(shape.begin(), shape.end(), 0) != shape.end()) continue;
+    handles.push_back(broadcast_async(t.tensor, 0, "hvd.checkpoint.restore/" + t.name));
+  }
+  std::exception_ptr first;
+  for (auto& h : handles) {
+    try {
+      h.wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace
+
 std::optional<int64_t> Checkpointer::restore_latest(const std::vector<NamedTensor>& tensors) {
   const std::string what = "Checkpointer::restore_latest from '" + dir_ + "'";
   const int me = rank();
@@ -221,16 +261,7 @@ std::optional<int64_t> Checkpointer::restore_latest(const std::vector<NamedTenso
       for (const auto& file : training::list_checkpoints(dir_)) {
         training::SafetensorsHeader header;
         try {
-          header = training::read_verified_header(file.path);
-          auto step = header.metadata.find("step");
-          auto format = header.metadata.find("format");
-          if (format == header.metadata.end() || format->second != "hvd")
-            throw Error("__metadata__ has no \"format\": \"hvd\"");
-          if (step == header.metadata.end() || step->second != std::to_string(file.step))
-            throw Error("__metadata__ step " +
-                        (step == header.metadata.end() ? std::string("is missing")
-                                                       : "'" + step->second + "'") +
-                        " does not match the file name's step " + std::to_string(file.step));
+          header = read_hvd_header(file);
         } catch (const Error& e) {
           warn(what + ": skipping '" + file.path + "': " + e.what() +
                "; trying an older checkpoint");
@@ -251,22 +282,7 @@ std::optional<int64_t> Checkpointer::restore_latest(const std::vector<NamedTenso
   if (s.code != kOk) throw_status(s);
 
   // 3. Everyone gets rank 0's tensors.
-  std::vector<Handle> handles;
-  for (const auto& t : tensors) {
-    const auto& shape = t.tensor.shape();
-    if (std::find(shape.begin(), shape.end(), 0) != shape.end())
-      continue;  // no elements: nothing to send
-    handles.push_back(broadcast_async(t.tensor, 0, "hvd.checkpoint.restore/" + t.name));
-  }
-  std::exception_ptr first;
-  for (auto& h : handles) {
-    try {
-      h.wait();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  broadcast_from_root(tensors);
   last_metadata_ = decode_metadata(s.payload);
   return s.step;
 }

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "common/dtype.h"
+#include "common/json_string.h"
 #include "hvd/error.h"
 
 namespace hvd::training {
@@ -69,39 +70,8 @@ uint64_t load_le64(const char* p) {
 
 // ---- JSON ------------------------------------------------------------------------------------------
 
-// Writing: hvd's own escaping (not nlohmann's dump) so that the header bytes stay what they have
-// always been: \" \\ \n \r \t, \u00XX for the other control characters, every other byte as is.
-void append_json_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  out += '"';
-}
+// Writing: common/json_string.h (hvd's own escaping, not nlohmann's dump, so that the header
+// bytes stay what they have always been).
 
 // Reading: nlohmann's SAX parser (strict RFC 8259: escapes, surrogate pairs, UTF-8 validated in
 // strings, nothing after the value but whitespace) drives HeaderReader, a state machine for

@@ -23,7 +23,7 @@ EnvLookup fake(Env env) {
   };
 }
 
-using hvd::testing::error_of;
+using hvdtest::error_of;
 
 const Env kOpenMpi = {{"OMPI_COMM_WORLD_RANK", "5"},
                       {"OMPI_COMM_WORLD_SIZE", "8"},

@@ -15,7 +15,7 @@ namespace {
 
 using Hosts = std::vector<HostSlots>;
 
-using hvd::testing::error_of;
+using hvdtest::error_of;
 
 TEST(Hostfile, SlotsCommentsAndBlankLines) {
   const std::string text =

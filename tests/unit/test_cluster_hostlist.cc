@@ -15,7 +15,7 @@ namespace {
 using Names = std::vector<std::string>;
 
 // The message of the InvalidArgumentError `f` throws ("" if none).
-using hvd::testing::error_of;
+using hvdtest::error_of;
 
 TEST(Hostlist, RangeAndSingleKeepZeroPaddingAndOrder) {
   EXPECT_EQ(expand_hostlist("node[01-04,07]"),

@@ -23,7 +23,7 @@ namespace {
 
 using Args = std::vector<std::string>;
 
-using hvd::testing::error_of;
+using hvdtest::error_of;
 
 TEST(CommandLine, ProgramArgumentsAreNotParsed) {
   CommandLine cl = parse_command_line({"-np", "4", "./train", "--epochs", "3", "-H", "x"});

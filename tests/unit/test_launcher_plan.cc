@@ -41,7 +41,7 @@ LaunchOptions with_command(Args cmd = {"./train", "--epochs", "3"}) {
   return o;
 }
 
-using hvd::testing::error_of;
+using hvdtest::error_of;
 
 // Index of the first occurrence of `seq` as a contiguous run in `argv`, or -1.
 long find_seq(const Args& argv, const Args& seq) {

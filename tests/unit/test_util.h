@@ -6,17 +6,17 @@
 
 #include "hvd/error.h"
 
-namespace hvd::testing {
+namespace hvdtest {
 
 // The message of the InvalidArgumentError that `f()` throws, or "" when it throws none.
 template <class F>
 std::string error_of(F&& f) {
   try {
     f();
-  } catch (const InvalidArgumentError& e) {
+  } catch (const hvd::InvalidArgumentError& e) {
     return e.what();
   }
   return "";
 }
 
-}  // namespace hvd::testing
+}  // namespace hvdtest
