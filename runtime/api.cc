@@ -16,6 +16,8 @@
 #include <mutex>
 #include <sstream>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "hvd/error.h"
 #include "hvd/hvd.h"
@@ -508,6 +510,52 @@ Handle reducescatter_async(TensorRef in, const std::string& name, ReduceOp op) {
   Request req = make_request(*rt, RequestType::kReducescatter, name, in, std::move(c.error));
   req.reduce_op = op;
   return submit(*rt, RequestType::kReducescatter, name, in, in, std::move(req));
+}
+
+// ---- Blocking forms on a TensorRef (hvd/collectives.h): the async call, then wait() ------------
+
+void allreduce(TensorRef inout, const std::string& name, ReduceOp op, double prescale,
+               double postscale) {
+  allreduce_async(inout, inout, name, op, prescale, postscale).wait();
+}
+
+void allreduce(TensorRef in, TensorRef out, const std::string& name, ReduceOp op, double prescale,
+               double postscale) {
+  allreduce_async(std::move(in), std::move(out), name, op, prescale, postscale).wait();
+}
+
+void grouped_allreduce(std::vector<TensorRef> inout, const std::string& name, ReduceOp op) {
+  std::vector<TensorRef> out = inout;
+  grouped_allreduce_async(std::move(inout), std::move(out), name, op).wait();
+}
+
+void grouped_allreduce(std::vector<TensorRef> in, std::vector<TensorRef> out,
+                       const std::string& name, ReduceOp op) {
+  grouped_allreduce_async(std::move(in), std::move(out), name, op).wait();
+}
+
+void broadcast(TensorRef inout, int root, const std::string& name) {
+  broadcast_async(std::move(inout), root, name).wait();
+}
+
+Tensor allgather(TensorRef in, const std::string& name) {
+  Handle h = allgather_async(std::move(in), name);
+  h.wait();
+  return std::move(h.output());
+}
+
+Tensor alltoall(TensorRef in, std::vector<int64_t> splits, const std::string& name,
+                std::vector<int64_t>* received_splits) {
+  Handle h = alltoall_async(std::move(in), std::move(splits), name);
+  h.wait();
+  if (received_splits != nullptr) *received_splits = h.received_splits();
+  return std::move(h.output());
+}
+
+Tensor reducescatter(TensorRef in, const std::string& name, ReduceOp op) {
+  Handle h = reducescatter_async(std::move(in), name, op);
+  h.wait();
+  return std::move(h.output());
 }
 
 void barrier() {

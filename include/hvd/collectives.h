@@ -65,6 +65,38 @@ Handle alltoall_async(TensorRef in, std::vector<int64_t> splits, const std::stri
 // possible, the first (rows % size) ranks one row larger.
 Handle reducescatter_async(TensorRef in, const std::string& name, ReduceOp op = ReduceOp::kAverage);
 inline void synchronize(Handle& h) { h.wait(); }
+
+// Blocking forms on a TensorRef: each is its ..._async() call followed by Handle::wait(), so it
+// returns once the operation is complete and throws hvd::Error (the same message on every rank) if
+// it failed; names, arguments and checks are those of the async form. allgather, alltoall and
+// reducescatter return their result as an owning Tensor. (A std::vector argument still picks the
+// std::vector templates below: a TensorRef is never made from a vector implicitly.)
+//   hvd::TensorRef g(grad.data(), hvd::DataType::kFloat32, {128, 64});
+//   hvd::allreduce(g, "grad");                               // in place, averaged
+//   hvd::Tensor rows = hvd::allgather(g, "grad.rows");       // [128 * size(), 64]
+// In place: inout = postscale * op over ranks of (prescale * inout).
+void allreduce(TensorRef inout, const std::string& name, ReduceOp op = ReduceOp::kAverage,
+               double prescale = 1.0, double postscale = 1.0);
+// Out of place: `in` is unchanged; `out` (same dtype and element count, not overlapping `in`)
+// receives the result.
+void allreduce(TensorRef in, TensorRef out, const std::string& name,
+               ReduceOp op = ReduceOp::kAverage, double prescale = 1.0, double postscale = 1.0);
+// One fused operation over the group, in place; members are named name.0, name.1, ...
+void grouped_allreduce(std::vector<TensorRef> inout, const std::string& name,
+                       ReduceOp op = ReduceOp::kAverage);
+// One fused operation over the group, out of place: out[i] receives the result of in[i].
+void grouped_allreduce(std::vector<TensorRef> in, std::vector<TensorRef> out,
+                       const std::string& name, ReduceOp op = ReduceOp::kAverage);
+// inout on `root` is copied to inout on every other rank.
+void broadcast(TensorRef inout, int root, const std::string& name);
+// The ranks' tensors concatenated along the first dimension, in rank order.
+Tensor allgather(TensorRef in, const std::string& name);
+// The rows received from every rank, in rank order (splits as for alltoall_async()). When
+// `received_splits` is not null it receives the number of rows that came from each rank.
+Tensor alltoall(TensorRef in, std::vector<int64_t> splits, const std::string& name,
+                std::vector<int64_t>* received_splits = nullptr);
+// This rank's block of the reduction (blocks as for reducescatter_async()).
+Tensor reducescatter(TensorRef in, const std::string& name, ReduceOp op = ReduceOp::kAverage);
 // Returns once every rank that has not called join() has called barrier(). Calls from several
 // threads of one rank take turns.
 void barrier();

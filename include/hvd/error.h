@@ -7,7 +7,7 @@ namespace hvd {
 
 // Every failure hvd reports reaches the caller as an hvd::Error (or a subclass). what() is a full
 // sentence: the operation, the tensor, the ranks and values involved, and how to fix it, e.g.
-//   allreduce of 'fc1.weight' failed: rank 2 sent shape [128,64], rank 0 sent [128,32]. ...
+// "allreduce of 'fc1.weight' failed: rank 2 sent shape [128,64], rank 0 sent [128,32]. ..."
 // docs/errors.md lists every message and its remedy.
 class Error : public std::runtime_error {
  public:

@@ -9,7 +9,7 @@
 //   std::vector<hvd::NamedTensor> params = {{"w", hvd::as_tensor(std::span<float>(w))}};
 //   strategy.broadcast_parameters(params);                        // everyone starts from rank 0
 //   // (a LibTorch model: hvd::torch::broadcast_parameters(model->named_parameters()), hvd/torch.h)
-//   for (int epoch = 0; ...; ++epoch) {
+//   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
 //     hvd::Shard shard = strategy.shard(train.size(), batch_per_replica, epoch);
 //     for (int64_t step = 0; step < shard.steps; ++step) {
 //       auto rows = shard.batch(step);                            // this replica's rows
@@ -17,8 +17,8 @@
 //       model.backward(rows, [&](int i) {                         // as each gradient is final:
 //         strategy.gradient_ready(names[i], grads[i]);            //   its all-reduce starts now
 //       });
-//       strategy.synchronize_gradients();                         // one wait before the update
-//       optimizer.step(strategy.learning_rate(global_step));
+//       if (strategy.synchronize_gradients())                     // one wait before the update
+//         optimizer.step(strategy.learning_rate(global_step++));  // (false: accumulation step)
 //     }
 //   }
 //
