@@ -60,6 +60,18 @@ const std::vector<ConfigVar>& config_registry() {
        "cycle-time-ms",
        1,
        "Cycle time in milliseconds."},
+      {"HVD_FUSION_WINDOW",
+       ConfigType::kDouble,
+       "50",
+       "Microseconds the background thread waits, once a request arrives on an idle runtime, for "
+       "no further request before it negotiates (a burst fuses into one response); at most one "
+       "cycle time after the first request.",
+       {},
+       0,
+       1e7,
+       "",
+       1,
+       ""},
       {"HVD_CACHE_CAPACITY",
        ConfigType::kInt,
        "1024",
@@ -302,6 +314,7 @@ Config load_config(const EnvLookup& env) {
   Config c;
   c.fusion_threshold_bytes = get_int("HVD_FUSION_THRESHOLD");
   c.cycle_time_ms = get_double("HVD_CYCLE_TIME");
+  c.fusion_window_us = get_double("HVD_FUSION_WINDOW");
   c.cache_capacity = get_int("HVD_CACHE_CAPACITY");
   c.hierarchical_allreduce = get_bool("HVD_HIERARCHICAL_ALLREDUCE");
   c.gpu_operations = get_enum("HVD_GPU_OPERATIONS");

@@ -1,5 +1,6 @@
 #include "runtime/runtime.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -197,13 +198,22 @@ Handle Runtime::enqueue(std::vector<TensorTableEntry> entries, std::vector<Reque
   std::vector<std::string> names;
   if (timeline_)
     for (const auto& e : entries) names.push_back(e.name);
-  queue_.add(std::move(entries), std::move(requests));
+  if (queue_.add(std::move(entries), std::move(requests))) {
+    // The first request since the last cycle took them: wake the background thread (locking
+    // wake_mu_ first, so that a thread between its check and its wait cannot miss it).
+    { std::lock_guard<std::mutex> lock(wake_mu_); }
+    wake_cv_.notify_one();
+  }
   for (const auto& n : names) timeline_->begin(n, "NEGOTIATE");
   return Handle(std::move(state));
 }
 
-// The background thread: one negotiation cycle every HVD_CYCLE_TIME, its responses executed in
-// order, until every rank has seen a shutdown request or a communication failure stops it.
+// The background thread: negotiation cycles, their responses executed in order, until every rank
+// has seen a shutdown request or a communication failure stops it. Between two cycles it sleeps
+// (wait_for_work) until a request arrives or HVD_CYCLE_TIME has passed since the last cycle began:
+// an idle rank still runs a cycle every HVD_CYCLE_TIME, since every rank takes part in every
+// cycle's exchange (the star AND pairs the ranks' n-th cycles: a rank that starts one early waits
+// there for the others).
 void Runtime::loop() {
   using clock = std::chrono::steady_clock;
   const auto cycle = std::chrono::duration_cast<clock::duration>(
@@ -227,8 +237,7 @@ void Runtime::loop() {
       for (const auto& r : responses) executor_->perform(r);
       if (shutdown) break;
       if (check_stalls()) continue;  // the next cycle delivers the errors and stops every rank
-      std::unique_lock<std::mutex> lock(wake_mu_);
-      wake_cv_.wait_until(lock, start + cycle, [&] { return shutdown_requested_.load(); });
+      wait_for_work(start + cycle);
     }
     controller_->finish(2.0);
     const std::string& reason = executor_->shutdown_reason();
@@ -244,6 +253,29 @@ void Runtime::loop() {
     queue_.close(kind, message);
   }
   watchdog_->background_stopped();
+}
+
+// Returns at `next_cycle`, at shutdown, or once requests are waiting and the fusion window has
+// closed: HVD_FUSION_WINDOW without a new request (the rest of a burst — a backward pass's
+// gradients, a group of async calls — arrives before the negotiation, so it is fused into one
+// response), and at most one cycle time after the first request (a long stream of submissions is
+// still negotiated every HVD_CYCLE_TIME). A lone request thus waits one window, not a cycle.
+void Runtime::wait_for_work(std::chrono::steady_clock::time_point next_cycle) {
+  using clock = std::chrono::steady_clock;
+  const auto window = std::chrono::duration_cast<clock::duration>(
+      std::chrono::duration<double, std::micro>(config_.fusion_window_us));
+  const auto cycle = std::chrono::duration_cast<clock::duration>(
+      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  wake_cv_.wait_until(lock, next_cycle,
+                      [&] { return shutdown_requested_.load() || queue_.waiting().any; });
+  while (!shutdown_requested_.load()) {
+    const TensorQueue::Waiting w = queue_.waiting();
+    if (!w.any) return;  // the deadline passed with nothing submitted: a cycle for the others
+    const auto until = std::min(w.last + window, w.first + cycle);
+    if (clock::now() >= until) return;
+    wake_cv_.wait_until(lock, until, [&] { return shutdown_requested_.load(); });
+  }
 }
 
 bool Runtime::check_stalls() {

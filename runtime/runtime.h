@@ -12,6 +12,7 @@
 // topology getters may be called from any thread.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -68,6 +69,7 @@ class Runtime {
   void build_operations();
   void build_controller(bool thread_multiple, PeerLossHandler on_peer_loss);
   void loop();
+  void wait_for_work(std::chrono::steady_clock::time_point next_cycle);  // in loop()
   bool check_stalls();  // rank 0: true when stalled tensors fail and hvd shuts down
 
   // Built by the constructor and torn down by shutdown(), both on the user thread that runs
@@ -91,7 +93,7 @@ class Runtime {
   std::mutex barrier_mu_;
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> broken_{false};  // a communication failure stopped the background thread
-  std::mutex wake_mu_;               // with wake_cv_: wakes the background thread for shutdown
+  std::mutex wake_mu_;  // with wake_cv_: wakes the background thread (a first request, shutdown)
   std::condition_variable wake_cv_;
 
   std::thread thread_;  // the background thread: loop()

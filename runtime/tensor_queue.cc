@@ -4,7 +4,7 @@
 
 namespace hvd {
 
-void TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request> requests) {
+bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request> requests) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) detail::throw_error(close_kind_, close_message_);
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -23,16 +23,26 @@ void TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
     table_.emplace(std::move(name), std::move(e));
   }
   const auto now = std::chrono::steady_clock::now();
+  const bool first = requests_.empty() && !requests.empty();
+  if (first) first_request_ = now;
+  if (!requests.empty()) last_request_ = now;
   for (auto& r : requests) {
     r.submitted = now;
     requests_.push_back(std::move(r));
   }
+  return first;
 }
 
 void TensorQueue::pop_requests(std::vector<Request>* out) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& r : requests_) out->push_back(std::move(r));
   requests_.clear();
+}
+
+TensorQueue::Waiting TensorQueue::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (requests_.empty()) return {};
+  return {true, first_request_, last_request_};
 }
 
 std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {

@@ -35,9 +35,16 @@ struct TensorTableEntry {
 class TensorQueue {
  public:
   // Throws InvalidArgumentError (nothing added) when a name is already in flight, or the closing
-  // error after close().
-  void add(std::vector<TensorTableEntry> entries, std::vector<Request> requests);
+  // error after close(). Returns true when these are the first requests since the last
+  // pop_requests() (the caller wakes the background thread, runtime/runtime.cc).
+  bool add(std::vector<TensorTableEntry> entries, std::vector<Request> requests);
   void pop_requests(std::vector<Request>* out);
+  // The requests added since the last pop_requests(): none, or when the first and the last came.
+  struct Waiting {
+    bool any = false;
+    std::chrono::steady_clock::time_point first, last;
+  };
+  Waiting waiting() const;
   std::optional<TensorTableEntry> take(const std::string& name);
   // Fails every entry with the message and refuses later adds with it.
   void close(detail::ErrorKind kind, const std::string& message);
@@ -47,6 +54,7 @@ class TensorQueue {
   mutable std::mutex mu_;
   std::unordered_map<std::string, TensorTableEntry> table_;
   std::vector<Request> requests_;
+  std::chrono::steady_clock::time_point first_request_, last_request_;  // of requests_
   bool closed_ = false;
   detail::ErrorKind close_kind_ = detail::ErrorKind::kNone;
   std::string close_message_;
