@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -26,6 +27,10 @@ int main(int argc, char** argv) {
     hvd::set_peer_loss_handler([](const std::string& message) {
       std::printf("rank %d: peer-loss handler: %s\n", g_rank, message.c_str());
       std::fflush(stdout);
+      // As a real handler might (write a requeue marker, flush logs): take a moment before
+      // returning, so that the other survivors' handlers run before this rank's exit makes mpirun
+      // end the job.
+      std::this_thread::sleep_for(std::chrono::seconds(2));
     });
   hvd::init();
   g_rank = hvd::rank();
