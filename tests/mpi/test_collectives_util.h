@@ -408,6 +408,32 @@ inline bool contains_ci(const std::string& hay, const std::string& needle) {
 }
 
 // A test fixture that initialises hvd (idempotent) in every test.
+// For tests whose operations must still be in flight a moment after they were submitted (a name
+// submitted twice): the runtime negotiates 50 us after the last submission (HVD_FUSION_WINDOW) and
+// can finish an operation on one rank before the next line runs. While one of these exists, hvd
+// runs restarted with 1 s of quiet (at most one 1 s cycle) before it negotiates; the destructor
+// restarts it with the defaults. Collective (every rank creates one).
+class SlowNegotiation {
+ public:
+  SlowNegotiation() { restart("1000000", "1000"); }
+  ~SlowNegotiation() { restart(nullptr, nullptr); }
+
+ private:
+  static void restart(const char* window_us, const char* cycle_ms) {
+    Watchdog w("hvd restart", 60);
+    hvd::shutdown();
+    set_or_unset("HVD_FUSION_WINDOW", window_us);
+    set_or_unset("HVD_CYCLE_TIME", cycle_ms);
+    hvd::init();
+  }
+  static void set_or_unset(const char* name, const char* value) {
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
+  }
+};
+
 class HvdTest : public ::testing::Test {
  protected:
   void SetUp() override {

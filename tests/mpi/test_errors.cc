@@ -304,6 +304,7 @@ TEST_F(Errors, DuplicateNameInFlight) {
   bool second_rejected = false;
   std::string msg;
   {
+    SlowNegotiation slow;  // the first must still be in flight when the second comes
     Watchdog w(name);
     try {
       first = hvd::allreduce_async(std::span<int32_t>(a), name, ReduceOp::kSum);

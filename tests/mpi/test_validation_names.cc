@@ -5,6 +5,8 @@
 // empty group with outputs, an empty handle. (Bad tensors and parameters: test_validation.cc.)
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -124,6 +126,7 @@ TEST_F(Validation, ReservedName) {
 TEST_F(Validation, NameAlreadyInFlight) {
   std::vector<int32_t> a = {1, 2}, b = {3, 4};
   const std::string name = "v.in_flight";
+  SlowNegotiation slow;
   Watchdog w(name, 60);
   hvd::Handle first = hvd::allreduce_async(std::span<int32_t>(a), name, ReduceOp::kSum);
   expect_at_once(
