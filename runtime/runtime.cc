@@ -237,7 +237,7 @@ void Runtime::loop() {
       for (const auto& r : responses) executor_->perform(r);
       if (shutdown) break;
       if (check_stalls()) continue;  // the next cycle delivers the errors and stops every rank
-      wait_for_work(start + cycle);
+      wait_for_work(start + cycle, cycle);
     }
     controller_->finish(2.0);
     const std::string& reason = executor_->shutdown_reason();
@@ -260,12 +260,11 @@ void Runtime::loop() {
 // gradients, a group of async calls — arrives before the negotiation, so it is fused into one
 // response), and at most one cycle time after the first request (a long stream of submissions is
 // still negotiated every HVD_CYCLE_TIME). A lone request thus waits one window, not a cycle.
-void Runtime::wait_for_work(std::chrono::steady_clock::time_point next_cycle) {
+void Runtime::wait_for_work(std::chrono::steady_clock::time_point next_cycle,
+                            std::chrono::steady_clock::duration cycle) {
   using clock = std::chrono::steady_clock;
   const auto window = std::chrono::duration_cast<clock::duration>(
       std::chrono::duration<double, std::micro>(config_.fusion_window_us));
-  const auto cycle = std::chrono::duration_cast<clock::duration>(
-      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   std::unique_lock<std::mutex> lock(wake_mu_);
   wake_cv_.wait_until(lock, next_cycle,
                       [&] { return shutdown_requested_.load() || queue_.waiting().any; });

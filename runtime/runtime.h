@@ -69,7 +69,8 @@ class Runtime {
   void build_operations();
   void build_controller(bool thread_multiple, PeerLossHandler on_peer_loss);
   void loop();
-  void wait_for_work(std::chrono::steady_clock::time_point next_cycle);  // in loop()
+  void wait_for_work(std::chrono::steady_clock::time_point next_cycle,
+                     std::chrono::steady_clock::duration cycle);  // in loop()
   bool check_stalls();  // rank 0: true when stalled tensors fail and hvd shuts down
 
   // Built by the constructor and torn down by shutdown(), both on the user thread that runs

@@ -98,7 +98,8 @@ struct DeviceTensors {
     b.contributors = contributors;
     for (size_t j = 0; j < sizes.size(); ++j) {
       OpEntry e;
-      e.name = "t" + std::to_string(j);
+      e.name =
+          std::string("t").append(std::to_string(j));  // not "t" + ...: GCC 12 -Wrestrict misfire
       if (static_cast<int>(j) == host_entry) {
         e.input = TensorRef(host_in[j].data(), dtype, {sizes[j]});
         e.output = in_place ? e.input : TensorRef(host_out[j].data(), dtype, {sizes[j]});

@@ -97,7 +97,8 @@ struct Tensors {
     b.contributors = contributors;
     for (size_t j = 0; j < in.size(); ++j) {
       OpEntry e;
-      e.name = "t" + std::to_string(j);
+      e.name =
+          std::string("t").append(std::to_string(j));  // not "t" + ...: GCC 12 -Wrestrict misfire
       e.input = TensorRef(in[j].data(), dtype, shapes[j]);
       e.output = in_place ? e.input : TensorRef(out[j].data(), dtype, shapes[j]);
       b.entries.push_back(std::move(e));
