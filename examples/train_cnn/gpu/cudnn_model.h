@@ -125,8 +125,13 @@ class CudnnModel {
   // Waits for the last forward pass and returns its loss and correct count.
   model::LossResult last_loss();
 
-  // Back-propagates the last forward pass; see the file comment for on_grad_ready.
+  // Back-propagates the last forward pass; see the file comment for on_grad_ready. With
+  // ModelOptions::recompute it first re-runs the recomputed blocks' forward (model/recompute.h).
   void backward(const std::function<void(size_t)>& on_grad_ready = {});
+
+  // Device bytes of activations, counted by the graph as it queues the work (held at most at once
+  // in the last step, held now, allocated; model/activation_ledger.h).
+  model::ActivationMemory activation_memory() const { return graph_.activation_memory(); }
 
   // Mean loss and accuracy over a host data set, in chunks of batch (no gradients).
   model::Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels,

@@ -12,6 +12,13 @@
 // and the backward order (with the on_grad_ready calls) live here only; a model keeps what is its
 // own: parameter storage, initialisation, and how the input reaches input().
 //
+// Recomputation (ModelOptions::recompute, model/recompute.h): the graph is three blocks (conv1,
+// conv2, fc); a recomputed block keeps only its input and output, its inner activation (the
+// conv/ReLU or fc1/ReLU output) lives in a scratch buffer shared by the recomputed blocks, and
+// backward() re-runs the block's conv/fc + ReLU just before the block's backward. The gradients
+// are bitwise the same; the activation memory held at once falls (activation_memory(), counted by
+// an ActivationLedger, model/activation_ledger.h, as the graph runs).
+//
 // A layer set L provides
 //   types   Conv, Pool, Dense, Relu, Loss (the layers), Buffer (owning storage of floats with
 //           resize(n) and data()), View / ConstView (what the layers take: spans or pointers)
@@ -34,10 +41,12 @@
 #include <vector>
 
 #include "hvd/error.h"
+#include "model/activation_ledger.h"
 #include "model/check.h"
 #include "model/conv2d.h"
 #include "model/dense.h"
 #include "model/maxpool2d.h"
+#include "model/recompute.h"
 #include "model/softmax_cross_entropy.h"
 
 namespace train_cnn::model {
@@ -52,6 +61,7 @@ struct ModelOptions {
   int hidden = 512;
   int num_classes = 10;
   int blas_threads = 1;  // CPU model: applied to OpenBLAS by the constructor; 0 leaves it as it is
+  RecomputeBlocks recompute;  // blocks recomputed during backward (model/recompute.h); none
 };
 
 // Mean loss and accuracy over a whole set (Model::evaluate, CudnnModel::evaluate).
@@ -152,7 +162,8 @@ class CnnGraph {
                            .out_features = o.hidden})),
         relu3_(layers.relu(o.hidden, 1, 1)),
         fc2_(layers.dense({.in_features = o.hidden, .out_features = o.num_classes})),
-        loss_(layers.loss(o.num_classes)) {}
+        loss_(layers.loss(o.num_classes)),
+        recompute_(o.recompute) {}
 
   CnnGraph(const CnnGraph&) = delete;
   CnnGraph& operator=(const CnnGraph&) = delete;
@@ -182,12 +193,21 @@ class CnnGraph {
       b.resize(static_cast<size_t>(batch) * static_cast<size_t>(per_sample));
     };
     grow(input_, conv1_.input_size());
-    for (auto* b : {&a1_, &d_a1_}) grow(*b, conv1_.output_size());
+    // A recomputed block's inner activation lives in scratch_, sized for the largest of them.
+    if (!recompute_.conv1) grow(a1_, conv1_.output_size());
+    grow(d_a1_, conv1_.output_size());
     for (auto* b : {&p1_, &d_p1_}) grow(*b, pool1_.output_size());
-    for (auto* b : {&a2_, &d_a2_}) grow(*b, conv2_.output_size());
+    if (!recompute_.conv2) grow(a2_, conv2_.output_size());
+    grow(d_a2_, conv2_.output_size());
     for (auto* b : {&p2_, &d_p2_}) grow(*b, pool2_.output_size());
-    for (auto* b : {&h_, &d_h_}) grow(*b, fc1_.out_features());
+    if (!recompute_.fc) grow(h_, fc1_.out_features());
+    grow(d_h_, fc1_.out_features());
     for (auto* b : {&logits_, &d_logits_}) grow(*b, fc2_.out_features());
+    int64_t scratch = 0;
+    if (recompute_.conv1) scratch = std::max(scratch, conv1_.output_size());
+    if (recompute_.conv2) scratch = std::max(scratch, conv2_.output_size());
+    if (recompute_.fc) scratch = std::max(scratch, int64_t{fc1_.out_features()});
+    if (scratch > 0) grow(scratch_, scratch);
     capacity_ = batch;
   }
 
@@ -196,20 +216,26 @@ class CnnGraph {
 
   // Runs the forward pass of images [batch, C, H, W] (used in place: unchanged until backward())
   // and returns the loss layer's forward(logits, labels, batch). After reserve(batch).
+  // A recomputed block's inner activation is dropped after its block (recompute_).
   template <class Labels>
   auto forward(ConstView images, Labels labels, int batch) {
     batch_ = batch;
     images_ = images;
     const Views v = views(batch);
-    conv1_.forward(images, v.a1, batch);
-    relu1_.forward(v.a1, v.a1, batch);  // in place: a1, a2 and h hold the ReLU outputs
+    ledger_.begin_step();
+    hold(kInput, conv1_.input_size());
+    conv1_inner(v);
+    hold(kP1, pool1_.output_size());
     pool1_.forward(v.a1, v.p1, batch);
-    conv2_.forward(v.p1, v.a2, batch);
-    relu2_.forward(v.a2, v.a2, batch);
+    if (recompute_.conv1) ledger_.drop(kA1);
+    conv2_inner(v);
+    hold(kP2, pool2_.output_size());
     pool2_.forward(v.a2, v.p2, batch);
-    fc1_.forward(v.p2, v.h, batch);
-    relu3_.forward(v.h, v.h, batch);
+    if (recompute_.conv2) ledger_.drop(kA2);
+    fc_inner(v);
+    hold(kLogits, fc2_.out_features());
     fc2_.forward(v.h, v.z, batch);
+    if (recompute_.fc) ledger_.drop(kH);
     return loss_.forward(v.z, labels, batch);
   }
 
@@ -231,24 +257,54 @@ class CnnGraph {
       on_grad_ready(weight_index + 1);  // bias
       on_grad_ready(weight_index);      // weight
     };
+    // Each block: re-run its inner forward when it is recomputed, then its backward; an
+    // activation is dropped from the ledger after its last reader. The logits stay held (logits()).
     const Views v = views(batch);
     loss_.backward(v.dz);
+    if (recompute_.fc) fc_inner(v);
     fc2_.backward(v.h, v.dz, v.dh, batch);
     ready(6);
     relu3_.backward(v.h, v.dh, v.dh, batch);
+    ledger_.drop(kH);
     fc1_.backward(v.p2, v.dh, v.dp2, batch);
     ready(4);
+    if (recompute_.conv2) conv2_inner(v);
     pool2_.backward(v.a2, v.p2, v.dp2, v.da2, batch);
+    ledger_.drop(kP2);
     relu2_.backward(v.a2, v.da2, v.da2, batch);
+    ledger_.drop(kA2);
     conv2_.backward(v.p1, v.da2, v.dp1, batch);
     ready(2);
+    if (recompute_.conv1) conv1_inner(v);
     pool1_.backward(v.a1, v.p1, v.dp1, v.da1, batch);
+    ledger_.drop(kP1);
     relu1_.backward(v.a1, v.da1, v.da1, batch);
+    ledger_.drop(kA1);
     conv1_.backward(images_, v.da1, View{}, batch);  // no input gradient
+    ledger_.drop(kInput);
     ready(0);
   }
 
+  const RecomputeBlocks& recompute() const { return recompute_; }
+
+  // The activation memory of the last step as the ledger counted it (the input images, the
+  // conv/ReLU, pooling, hidden and logit activations; not the layers' own state such as the CPU
+  // pooling's winner indices, nor the gradient buffers), and the bytes the activation buffers
+  // (scratch included) have allocated.
+  ActivationMemory activation_memory() const {
+    int64_t reserved = 0;
+    for (const auto* b : {&input_, &a1_, &p1_, &a2_, &p2_, &h_, &logits_, &scratch_})
+      reserved += static_cast<int64_t>(b->size() * sizeof(float));
+    return {.peak_bytes = ledger_.peak_bytes(),
+            .held_bytes = ledger_.held_bytes(),
+            .reserved_bytes = reserved};
+  }
+
  private:
+  // The ledger's slots: the activations.
+  enum Slot : int { kInput, kA1, kP1, kA2, kP2, kH, kLogits };
+  static_assert(kLogits < ActivationLedger::kSlots);
+
   // The buffers' first batch images.
   struct Views {
     View a1, p1, a2, p2, h, z;  // activations (z: logits)
@@ -261,12 +317,44 @@ class CnnGraph {
     auto v = [&](typename L::Buffer& b, int64_t per_sample) {
       return L::view(b, floats(per_sample, batch));
     };
-    return {v(a1_, conv1_.output_size()),   v(p1_, pool1_.output_size()),
-            v(a2_, conv2_.output_size()),   v(p2_, pool2_.output_size()),
-            v(h_, fc1_.out_features()),     v(logits_, fc2_.out_features()),
-            v(d_a1_, conv1_.output_size()), v(d_p1_, pool1_.output_size()),
-            v(d_a2_, conv2_.output_size()), v(d_p2_, pool2_.output_size()),
-            v(d_h_, fc1_.out_features()),   v(d_logits_, fc2_.out_features())};
+    // A recomputed block's inner activation: the shared scratch.
+    auto inner = [&](typename L::Buffer& own, bool recomputed, int64_t per_sample) {
+      return v(recomputed ? scratch_ : own, per_sample);
+    };
+    return {inner(a1_, recompute_.conv1, conv1_.output_size()),
+            v(p1_, pool1_.output_size()),
+            inner(a2_, recompute_.conv2, conv2_.output_size()),
+            v(p2_, pool2_.output_size()),
+            inner(h_, recompute_.fc, fc1_.out_features()),
+            v(logits_, fc2_.out_features()),
+            v(d_a1_, conv1_.output_size()),
+            v(d_p1_, pool1_.output_size()),
+            v(d_a2_, conv2_.output_size()),
+            v(d_p2_, pool2_.output_size()),
+            v(d_h_, fc1_.out_features()),
+            v(d_logits_, fc2_.out_features())};
+  }
+
+  // The ledger holds per_sample floats of the current batch in slot.
+  void hold(Slot slot, int64_t per_sample) {
+    ledger_.hold(slot, static_cast<int64_t>(floats(per_sample, batch_) * sizeof(float)));
+  }
+  // The blocks' inner forward passes, in forward() and again in backward() for a recomputed block;
+  // the ReLUs run in place, so a1, a2 and h hold the ReLU outputs.
+  void conv1_inner(const Views& v) {
+    hold(kA1, conv1_.output_size());
+    conv1_.forward(images_, v.a1, batch_);
+    relu1_.forward(v.a1, v.a1, batch_);
+  }
+  void conv2_inner(const Views& v) {
+    hold(kA2, conv2_.output_size());
+    conv2_.forward(v.p1, v.a2, batch_);
+    relu2_.forward(v.a2, v.a2, batch_);
+  }
+  void fc_inner(const Views& v) {
+    hold(kH, fc1_.out_features());
+    fc1_.forward(v.p2, v.h, batch_);
+    relu3_.forward(v.h, v.h, batch_);
   }
 
   typename L::Conv conv1_;
@@ -279,12 +367,15 @@ class CnnGraph {
   typename L::Relu relu3_;
   typename L::Dense fc2_;
   typename L::Loss loss_;
+  RecomputeBlocks recompute_;
+  ActivationLedger ledger_;
 
   int batch_ = -1;
   int capacity_ = 0;
   ConstView images_{};  // the last forward()'s input
-  // Activations [capacity, ...] (ReLU in place on a1, a2, h) and gradient scratch.
-  typename L::Buffer input_, a1_, p1_, a2_, p2_, h_, logits_;
+  // Activations [capacity, ...] (ReLU in place on a1, a2, h; those of recomputed blocks unused, in
+  // scratch_ instead) and gradient scratch.
+  typename L::Buffer input_, a1_, p1_, a2_, p2_, h_, logits_, scratch_;
   typename L::Buffer d_logits_, d_h_, d_p2_, d_a2_, d_p1_, d_a1_;
 };
 

@@ -120,8 +120,14 @@ class Model {
   // Logits of the last forward(), [batch, num_classes].
   std::span<const float> logits() const;
 
-  // Back-propagates the last forward()'s loss; see the class comment for on_grad_ready.
+  // Back-propagates the last forward()'s loss; see the class comment for on_grad_ready. With
+  // ModelOptions::recompute it first re-runs the recomputed blocks' forward (model/recompute.h):
+  // the same gradients, bitwise.
   void backward(const std::function<void(size_t)>& on_grad_ready = {});
+
+  // The activation memory of the last forward() and backward() as the graph counted it (bytes
+  // held at most at once, held now, allocated; model/activation_ledger.h).
+  ActivationMemory activation_memory() const { return graph_.activation_memory(); }
 
   // Mean loss and accuracy over a whole set, in chunks of batch (no gradients).
   Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels, int64_t count,
