@@ -7,6 +7,7 @@
 #include "hvd/checkpoint.h"
 #include "hvd/collectives.h"
 #include "hvd/error.h"
+#include "hvd/loss_scaler.h"
 #include "hvd/strategy.h"
 #include "hvd/tensor.h"
 #include "hvd/version.h"
