@@ -194,6 +194,18 @@ const std::vector<ConfigVar>& config_registry() {
        "",
        1,
        ""},
+      {"HVD_CONTROL_TOPOLOGY",
+       ConfigType::kEnum,
+       "tree",
+       "Shape of the per-cycle bit-vector exchange: tree (a binomial tree, rank 0 handles "
+       "2*ceil(log2 n) messages per cycle) or star (every rank through rank 0, 2*(n-1)); both "
+       "name lost ranks the same way (docs/scaling.md).",
+       {"tree", "star"},
+       0,
+       0,
+       "",
+       1,
+       ""},
       {"HVD_ON_PEER_LOSS",
        ConfigType::kEnum,
        "exit",
@@ -328,6 +340,7 @@ Config load_config(const EnvLookup& env) {
   c.start_timeout_seconds = get_double("HVD_START_TIMEOUT");
   c.peer_timeout_seconds = get_double("HVD_PEER_TIMEOUT_SECONDS");
   c.on_peer_loss = get_enum("HVD_ON_PEER_LOSS");
+  c.control_topology = get_enum("HVD_CONTROL_TOPOLOGY");
   c.terminate_handler = get_bool("HVD_TERMINATE_HANDLER");
   return c;
 }

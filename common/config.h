@@ -54,8 +54,9 @@ struct Config {
   std::string log_level = "warning";  // trace | debug | info | warning | error
   double start_timeout_seconds = 30;
   double peer_timeout_seconds = 30;
-  std::string on_peer_loss = "exit";  // exit | abort | none (comm/watchdog.h)
-  bool terminate_handler = true;      // runtime/terminate_handler.h
+  std::string on_peer_loss = "exit";      // exit | abort | none (comm/watchdog.h)
+  std::string control_topology = "tree";  // tree | star (comm/mpi_control_channel.h)
+  bool terminate_handler = true;          // runtime/terminate_handler.h
 };
 
 // Looks a variable up by its exact name; std::nullopt when unset.

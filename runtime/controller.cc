@@ -181,9 +181,11 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
 // it takes (a rank stuck for good ends itself through its own watchdog and then stops answering).
 // Only ranks that do not answer are lost. On the other ranks the silent one is rank 0: if its
 // watchdog still answers, rank 0 is alive but busy (in a collective with a rank that is really
-// lost, which it will name): wait again.
+// lost, which it will name): wait again. A rank other than 0 that is shown other ranks waits for
+// the ranks below it in the channel's tree (comm/mpi_control_channel.h): it probes them as rank 0
+// does, so the warning names the slow rank from its parent.
 std::vector<int> Controller::probe_silent(const std::vector<int>& ranks, double waited) const {
-  if (rank_ != 0) return options_.unresponsive(ranks);
+  if (rank_ != 0 && ranks == std::vector<int>{0}) return options_.unresponsive(ranks);
   HVD_LOG(Debug) << rank_list(ranks) << " silent for " << waited << " s: asking their watchdogs";
   std::vector<int> dead = options_.unresponsive(ranks);
   HVD_LOG(Debug) << "liveness probe: "

@@ -178,7 +178,9 @@ void Runtime::build_controller(bool thread_multiple, PeerLossHandler on_peer_los
   }
   const auto& topo = mpi_->topology();
   controller_ = std::make_unique<Controller>(
-      std::make_unique<comm::MpiControlChannel>(mpi_->world()), co, queue_);
+      std::make_unique<comm::MpiControlChannel>(
+          mpi_->world(), comm::parse_control_topology(config_.control_topology)),
+      co, queue_);
   HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local "
                  << topo.local_rank << "/" << topo.local_size << ", cross " << topo.cross_rank
                  << "/" << topo.cross_size

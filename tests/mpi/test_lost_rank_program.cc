@@ -7,6 +7,8 @@
 // "rank R: peer-loss handler: <message>" and returns; the test freezes rank 1 inside its 50th
 // allreduce (HVD_TEST_STOP_IN_OP=1:50), so that the other ranks are blocked in MPI with it and
 // their watchdogs call the handler, then end the process (HVD_ON_PEER_LOSS=exit, status 70).
+// An optional second argument names the rank that disappears in "kill" and "stop" (default 1;
+// tests/mpi/test_control_tree.sh loses ranks in the middle of the control tree).
 #include <hvd/hvd.h>
 
 #include <chrono>
@@ -23,6 +25,7 @@ int g_rank = -1;  // the handler must not call hvd
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "kill";
+  const int lost = argc > 2 ? std::atoi(argv[2]) : 1;
   if (mode == "handler")
     hvd::set_peer_loss_handler([](const std::string& message) {
       std::printf("rank %d: peer-loss handler: %s\n", g_rank, message.c_str());
@@ -40,7 +43,7 @@ int main(int argc, char** argv) {
       if (i == 50 && hvd::rank() == 1 && mode == "link") {
         std::printf("LINK_READY\n");
         std::fflush(stdout);
-      } else if (i == 50 && hvd::rank() == 1 && mode != "handler") {
+      } else if (i == 50 && hvd::rank() == lost && mode != "handler") {
         if (std::getenv("HVD_LOST_RANK_STAMP")) {  // for scripts/measure-lost-rank
           auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
