@@ -1,6 +1,7 @@
 #include "flags.h"
 
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <exception>
 #include <sstream>
 #include <string>
@@ -34,6 +35,7 @@ void require_one_of(const std::string& flag, const std::string& value,
 }
 
 constexpr int64_t kBenchmarkDefaultSteps = 100;
+constexpr double kMaxLossScale = 16777216;  // 2^24, hvd::LossScalerOptions::max_scale
 
 // The flag groups of --help, bound to f; warmup receives --warmup-steps as given.
 void add_training_flags(po::options_description& all, Flags& f, std::string& warmup) {
@@ -124,6 +126,39 @@ void add_output_flags(po::options_description& all, Flags& f) {
   all.add(output);
 }
 
+void add_precision_flags(po::options_description& all, Flags& f, std::string& loss_scale) {
+  po::options_description precision("Mixed precision");
+  precision.add_options()(
+      "precision", po::value(&f.precision)->default_value(f.precision),
+      "fp32|bf16|fp16: the storage of activations, gradients and the weights the model computes "
+      "with (fp32 master weights and optimizer either way); on the CPU bf16/fp16 are emulated by "
+      "rounding, the cuDNN model runs fp32 only")(
+      "loss-scale", po::value(&loss_scale)->default_value("dynamic"),
+      "with bf16/fp16: dynamic, or a fixed scale N > 0; the backward pass starts from loss x "
+      "scale, gradients are unscaled and checked for Inf/NaN, and a step that overflows on any "
+      "rank is skipped on every rank")(
+      "loss-scale-init", po::value(&f.loss_scale_init)->default_value(f.loss_scale_init),
+      "the first scale of --loss-scale dynamic (halved after each overflow)")(
+      "loss-scale-window", po::value(&f.loss_scale_window)->default_value(f.loss_scale_window),
+      "--loss-scale dynamic doubles the scale after this many steps without overflow");
+  all.add(precision);
+}
+
+// --loss-scale: "dynamic" (0) or a positive number.
+double parse_loss_scale(const std::string& v) {
+  if (v == "dynamic") return 0;
+  size_t used = 0;
+  double x = -1;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || !(x > 0) || !std::isfinite(x))
+    bad("--loss-scale is '" + v + "': it must be dynamic or a positive number (a fixed scale).");
+  return x;
+}
+
 // --warmup-steps: "auto" (-1) or a whole number of steps, 0 or more.
 int64_t parse_warmup(const std::string& warmup) {
   if (warmup == "auto") return -1;
@@ -142,7 +177,8 @@ int64_t parse_warmup(const std::string& warmup) {
 
 // Checks every value and the flags that contradict each other; fills in what depends on vm (which
 // flags were given).
-void validate(Flags& f, const po::variables_map& vm, const std::string& warmup) {
+void validate(Flags& f, const po::variables_map& vm, const std::string& warmup,
+              const std::string& loss_scale) {
   f.lr_scaling = !vm["no-lr-scaling"].as<bool>();
 
   require(f.epochs >= 1, "--epochs", f.epochs, "it must be at least 1");
@@ -168,6 +204,17 @@ void validate(Flags& f, const po::variables_map& vm, const std::string& warmup) 
   require_one_of("--strategy", f.strategy, {"auto", "mirrored", "multi-worker"});
   require_one_of("--device", f.device, {"auto", "cpu", "cuda"});
   require_one_of("--progress", f.progress, {"auto", "bar", "lines"});
+  require_one_of("--precision", f.precision, {"fp32", "bf16", "fp16"});
+  f.static_loss_scale = parse_loss_scale(loss_scale);
+  require(f.loss_scale_init >= 1 && f.loss_scale_init <= kMaxLossScale, "--loss-scale-init",
+          f.loss_scale_init, "it must be from 1 to 2^24 (16777216)");
+  require(f.loss_scale_window >= 1, "--loss-scale-window", f.loss_scale_window,
+          "it must be at least 1 step");
+  if (f.precision == "fp32")
+    for (const char* flag : {"loss-scale", "loss-scale-init", "loss-scale-window"})
+      if (!vm[flag].defaulted())
+        bad(std::string("--") + flag + " needs --precision bf16 or fp16: fp32 training does not "
+            "scale the loss.");
   if (f.data_dir.empty())
     bad("--data-dir is empty: give the folder that holds the Fashion-MNIST IDX files.");
   if (f.metrics_csv.empty())
@@ -188,11 +235,13 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
   Flags& f = out.flags;
   f.data_dir = data::kDefaultFashionMnistDir;
   std::string warmup;  // --warmup-steps: "auto" or a whole number
+  std::string loss_scale;  // --loss-scale: "dynamic" or a number
 
   po::options_description all(
       "usage: mpirun -np N train_cnn [flags]\n\n"
       "Trains a CNN on Fashion-MNIST with one replica per process");
   add_training_flags(all, f, warmup);
+  add_precision_flags(all, f, loss_scale);
   add_data_flags(all, f);
   add_checkpoint_flags(all, f);
   add_output_flags(all, f);
@@ -213,7 +262,7 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
     out.help_text = os.str();
     return out;
   }
-  validate(f, vm, warmup);
+  validate(f, vm, warmup, loss_scale);
   return out;
 }
 

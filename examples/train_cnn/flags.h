@@ -30,6 +30,14 @@ struct Flags {
   std::string strategy = "auto";  // auto | mirrored | multi-worker
   std::string device = "auto";    // auto | cpu | cuda
 
+  // Mixed precision (model/precision.h, hvd/loss_scaler.h): fp32 | bf16 | fp16. With bf16 or fp16
+  // the loss is scaled: dynamically (from loss_scale_init, x2 after loss_scale_window good steps,
+  // /2 after an overflow, whose step every rank skips) or by a fixed static_loss_scale.
+  std::string precision = "fp32";
+  double loss_scale_init = 65536;   // --loss-scale dynamic: the first scale
+  int64_t loss_scale_window = 2000;  // --loss-scale dynamic: good steps before the scale doubles
+  double static_loss_scale = 0;      // --loss-scale N: N; 0: dynamic
+
   // Data.
   std::string data_dir;  // default data::kDefaultFashionMnistDir
   bool synthetic = false;

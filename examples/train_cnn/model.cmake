@@ -49,6 +49,7 @@ add_library(train_cnn_model STATIC
   ${_train_cnn_dir}/model/dense.cc
   ${_train_cnn_dir}/model/softmax_cross_entropy.cc
   ${_train_cnn_dir}/model/model.cc
+  ${_train_cnn_dir}/model/precision.cc
   ${_train_cnn_dir}/model/sgd_momentum.cc
   ${_train_cnn_dir}/data/dataset.cc
   ${_train_cnn_dir}/data/idx_reader.cc
@@ -63,6 +64,7 @@ target_compile_features(train_cnn_model PUBLIC cxx_std_20)
 set_source_files_properties(
   ${_train_cnn_dir}/model/conv2d.cc ${_train_cnn_dir}/model/maxpool2d.cc
   ${_train_cnn_dir}/model/relu.cc ${_train_cnn_dir}/model/sgd_momentum.cc
+  ${_train_cnn_dir}/model/precision.cc
   PROPERTIES COMPILE_OPTIONS "$<$<NOT:$<CONFIG:Debug>>:-O3>")
 target_link_libraries(train_cnn_model PUBLIC ${_train_cnn_blas} ZLIB::ZLIB)
 if(COMMAND hvd_set_warnings)

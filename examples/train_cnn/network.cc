@@ -87,6 +87,12 @@ DeviceChoice resolve_device(const std::string& requested, int local_rank) {
 }
 
 std::unique_ptr<Network> make_network(const DeviceChoice& device, const NetworkOptions& options) {
+  if (device.kind == DeviceKind::kCuda && options.model.precision != model::Precision::kFp32)
+    throw hvd::InvalidArgumentError(
+        std::string("--precision ") + model::precision_name(options.model.precision) + " on " +
+        device.description +
+        ": mixed precision is not implemented for the cuDNN model yet (it computes in fp32). Use "
+        "--precision fp32 on the GPU, or --device cpu, where bf16 and fp16 are emulated.");
   switch (device.kind) {
     case DeviceKind::kCpu:
       return std::make_unique<CpuNetwork>(options);

@@ -57,6 +57,10 @@ class Network {
 
   // Same seed -> same parameters on every rank.
   virtual void initialize(uint64_t seed) = 0;
+  // Mixed precision (--precision, model/precision.h): the next backward() starts from the
+  // gradient of loss x scale. A network without loss scaling (the cuDNN model: fp32 only) throws
+  // hvd::InvalidArgumentError for a scale other than 1.
+  virtual void set_loss_scale(float scale) = 0;
 
   // One training step: zero_gradients(); forward(host batch); backward(on_grad_ready) calls
   // on_grad_ready(i) once per parameter, last layer first, when gradient(i) is final; after the

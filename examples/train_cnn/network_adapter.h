@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "hvd/checkpoint.h"
+#include "hvd/error.h"
 #include "hvd/tensor.h"
 #include "model/sgd_momentum.h"
 #include "network.h"
@@ -48,6 +49,15 @@ class NetworkAdapter final : public Network {
   void initialize(uint64_t seed) override {
     net_.initialize(seed);
     opt_.reset();
+  }
+  void set_loss_scale(float scale) override {
+    if constexpr (requires(Model& m) { m.set_loss_scale(scale); }) {
+      net_.set_loss_scale(scale);
+    } else if (scale != 1.0f) {
+      throw hvd::InvalidArgumentError(description() +
+                                      ": loss scaling (--precision bf16|fp16) is not implemented "
+                                      "for this model; use --precision fp32.");
+    }
   }
   void zero_gradients() override { net_.zero_gradients(); }
   model::LossResult forward(std::span<const float> images, std::span<const int32_t> labels,

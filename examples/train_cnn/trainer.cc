@@ -126,6 +126,7 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   strategy_->broadcast_parameters(net_->state());
   net_->state_from_host();
   if (flags_.resume) resume();
+  if (precision_->enabled()) progress_->line("train_cnn: " + precision_->describe());
 
   if (rank_ == 0 && flags_.metrics_csv != "none") {
     // Opened after the agreement's check that it can be (setup_local), appending on resume.
@@ -144,6 +145,7 @@ Trainer::~Trainer() = default;
 
 void Trainer::setup_local() {
   device_ = resolve_device(flags_.device, hvd::local_rank());
+  precision_ = std::make_unique<MixedPrecision>(flags_, rank_);
   const bool need_test = evaluates();
   if (flags_.synthetic) {
     train_ = data::make_synthetic(flags_.synthetic_size, static_cast<uint64_t>(flags_.seed));
@@ -162,6 +164,7 @@ void Trainer::setup_local() {
   no.model.hidden = flags_.hidden;
   no.momentum = static_cast<float>(flags_.momentum);
   no.weight_decay = static_cast<float>(flags_.weight_decay);
+  no.model.precision = precision_->precision();
   net_ = make_network(device_, no);
   names_ = net_->parameter_names();
   batch_images_.resize(static_cast<size_t>(flags_.batch_size * train_.image_size()));
@@ -246,6 +249,7 @@ void Trainer::resume() {
                         std::to_string(train_.count) +
                         ": use the same data (--data-dir, --synthetic-size).");
   global_step_ = *step;
+  precision_->restore(m);
   start_epoch_ = static_cast<int>(meta_int(m, "epoch", dir));
   start_step_in_epoch_ = meta_int(m, "step_in_epoch", dir);
   last_saved_step_ = global_step_;
@@ -270,6 +274,7 @@ Trainer::StepResult Trainer::train_step(const std::vector<int64_t>& rows, double
   step_metrics_ = {r.loss * b, static_cast<double>(r.correct), static_cast<double>(b)};
   hvd::Handle metrics = hvd::allreduce_async(std::span<double>(step_metrics_),
                                              "train_cnn.step_metrics", hvd::ReduceOp::kSum);
+  precision_->before_backward(*net_);
   net_->backward([&](size_t i) { strategy_->gradient_ready(names_[i], net_->gradient(i)); });
   strategy_->synchronize_gradients();
   metrics.wait();
@@ -280,7 +285,9 @@ Trainer::StepResult Trainer::train_step(const std::vector<int64_t>& rows, double
     throw AllRanksError("the training loss became " + format("%g", out.loss) + " at step " +
                         std::to_string(global_step_ + 1) + " (lr " + format("%g", lr) +
                         "): lower --lr or --max-lr, or lengthen --warmup-steps.");
-  net_->optimizer_step(static_cast<float>(lr));
+  // With --precision bf16|fp16: unscaled, checked, and skipped on every rank after an overflow.
+  if (precision_->after_gradients(*net_, global_step_ + 1, *progress_))
+    net_->optimizer_step(static_cast<float>(lr));
   out.seconds = seconds_since(t0);
   out.wait = strategy_->wait_seconds() - wait0;
   return out;
@@ -308,7 +315,7 @@ model::Evaluation Trainer::evaluate_test(int epoch) {
 void Trainer::save_checkpoint(int next_epoch, int64_t step_in_epoch) {
   if (!checkpointer_ || last_saved_step_ == global_step_) return;
   net_->state_to_host();
-  const std::map<std::string, std::string> metadata{
+  std::map<std::string, std::string> metadata{
       {"epoch", std::to_string(next_epoch)},
       {"step_in_epoch", std::to_string(step_in_epoch)},
       {"seed", std::to_string(flags_.seed)},
@@ -317,6 +324,7 @@ void Trainer::save_checkpoint(int next_epoch, int64_t step_in_epoch) {
       {"replicas", std::to_string(size_)},
       {"data", flags_.synthetic ? "synthetic" : flags_.data_dir},
       {"program", "train_cnn"}};
+  precision_->save(metadata);
   checkpointer_->save(global_step_, net_->state(), metadata);
   last_saved_step_ = global_step_;
   progress_->line("checkpoint: saved step " + std::to_string(global_step_) + " to " +
@@ -370,6 +378,11 @@ TrainSummary Trainer::run() {
   if (sum.epochs_done == 0) sum.epochs_done = epoch;
   sum.seconds = seconds_since(run_start);
   report(totals, sum);
+  if (precision_->enabled())
+    progress_->line("train_cnn: " + std::string(model::precision_name(precision_->precision())) +
+                    ": " + std::to_string(precision_->skipped_steps()) +
+                    " steps skipped for overflow in this run; loss scale now " +
+                    format("%g", precision_->scale()));
   return sum;
 }
 

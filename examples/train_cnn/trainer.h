@@ -29,6 +29,7 @@
 #include "hvd/hvd.h"
 #include "lr_schedule.h"
 #include "metrics_csv.h"
+#include "mixed_precision.h"
 #include "network.h"
 #include "progress.h"
 
@@ -96,6 +97,7 @@ class Trainer {
   std::unique_ptr<hvd::Strategy> strategy_;
   std::string strategy_name_;
   std::optional<LrSchedule> schedule_;
+  std::unique_ptr<MixedPrecision> precision_;  // --precision: loss scaling (fp32: inert)
   std::optional<hvd::Checkpointer> checkpointer_;
   std::unique_ptr<Progress> progress_;
   MetricsCsv csv_;

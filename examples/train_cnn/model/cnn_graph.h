@@ -46,6 +46,7 @@
 #include "model/conv2d.h"
 #include "model/dense.h"
 #include "model/maxpool2d.h"
+#include "model/precision.h"
 #include "model/recompute.h"
 #include "model/softmax_cross_entropy.h"
 
@@ -62,6 +63,8 @@ struct ModelOptions {
   int num_classes = 10;
   int blas_threads = 1;  // CPU model: applied to OpenBLAS by the constructor; 0 leaves it as it is
   RecomputeBlocks recompute;  // blocks recomputed during backward (model/recompute.h); none
+  // CPU model: the 16-bit storage it emulates (model/precision.h); the cuDNN model: fp32 only.
+  Precision precision = Precision::kFp32;
 };
 
 // Mean loss and accuracy over a whole set (Model::evaluate, CudnnModel::evaluate).

@@ -26,7 +26,9 @@ const ModelOptions& validated(const ModelOptions& o) {
 }  // namespace
 
 Model::Model(const ModelOptions& options)
-    : options_(validated(options)), graph_(CpuLayers{}, options_) {
+    : options_(validated(options)),
+      numerics_{.precision = options_.precision},
+      graph_(CpuLayers{.numerics = &numerics_}, options_) {
   if (options_.blas_threads > 0) set_blas_threads(options_.blas_threads);
 
   const std::vector<ParameterSpec> specs = parameter_specs(options_);
@@ -47,7 +49,16 @@ Model::Model(const ModelOptions& options)
                            std::span<float>(grads_.data() + offset, sizes[i]), offset});
     offset += sizes[i];
   }
-  graph_.bind(parameters_);
+  if (!numerics_.reduced()) {
+    graph_.bind(parameters_);
+    return;
+  }
+  // The layers read the rounded copy and write the float32 gradients.
+  compute_params_.assign(static_cast<size_t>(total), 0.0f);
+  compute_parameters_ = parameters_;
+  for (ParameterTensor& p : compute_parameters_)
+    p.value = std::span<float>(compute_params_.data() + p.offset, p.value.size());
+  graph_.bind(compute_parameters_);
 }
 
 int64_t Model::input_size() const { return graph_.input_size(); }
@@ -73,6 +84,11 @@ LossResult Model::forward(std::span<const float> images, std::span<const int32_t
   graph_.reserve(batch);
   const std::span<float> input = graph_.input(batch);
   std::copy(images.begin(), images.end(), input.begin());
+  if (numerics_.reduced()) {
+    numerics_.round(input);
+    std::copy(params_.begin(), params_.end(), compute_params_.begin());
+    numerics_.round(compute_params_);
+  }
   return graph_.forward(input, labels, batch);
 }
 

@@ -24,6 +24,10 @@
 // The callback runs on the calling thread and must not touch the gradient of a tensor it has not
 // been told about yet.
 //
+// ModelOptions::precision bf16 or fp16 emulates mixed precision (model/precision.h): the layers
+// compute with a 16-bit rounding of the float32 parameters, and activations and gradients are
+// rounded to 16 bits; the parameters, the gradients handed out and the optimizer stay float32.
+//
 // Deterministic: for a given build and CPU, the same parameters and batch give bitwise the same
 // logits, loss and gradients (OpenBLAS runs on ModelOptions::blas_threads threads, default 1; see
 // model/gemm.h). A sample's logits do not depend on the rest of its batch. Not thread-safe: one
@@ -39,6 +43,7 @@
 #include "model/conv2d.h"
 #include "model/dense.h"
 #include "model/maxpool2d.h"
+#include "model/precision.h"
 #include "model/relu.h"
 #include "model/softmax_cross_entropy.h"
 
@@ -54,13 +59,60 @@ struct ParameterTensor {
 };
 
 // The CPU layers of the graph (model/cnn_graph.h): host vectors, spans, im2col + OpenBLAS.
+// With numerics (model/precision.h) set to a 16-bit precision, the layers emulate its storage:
+// conv and dense round their outputs, and in backward their input gradients and their weight and
+// bias gradients; the loss multiplies its gradient by the loss scale and rounds it. ReLU and
+// pooling only move values, which stay representable. numerics null, or fp32 with a loss scale
+// of 1: the plain layers, bitwise.
 struct CpuLayers {
   using Buffer = std::vector<float>;
   using View = std::span<float>;
   using ConstView = std::span<const float>;
-  using Conv = Conv2d;
-  using Dense = model::Dense;
-  using Loss = SoftmaxCrossEntropy;
+  // Conv2d or model::Dense with their results rounded to the precision of *numerics.
+  template <class Base>
+  struct Rounded : Base {
+    template <class Options>
+    Rounded(const Options& o, const Numerics* numerics) : Base(o), numerics_(numerics) {}
+    void bind(View weight, View bias, View weight_grad, View bias_grad) {
+      Base::bind(weight, bias, weight_grad, bias_grad);
+      weight_grad_ = weight_grad;
+      bias_grad_ = bias_grad;
+    }
+    void forward(ConstView x, View y, int batch) {
+      Base::forward(x, y, batch);
+      round(y);
+    }
+    void backward(ConstView x, ConstView dy, View dx, int batch) {
+      Base::backward(x, dy, dx, batch);
+      round(dx);
+      round(weight_grad_);
+      round(bias_grad_);
+    }
+
+   private:
+    void round(View v) const {
+      if (numerics_) numerics_->round(v);
+    }
+    const Numerics* numerics_;
+    View weight_grad_, bias_grad_;
+  };
+  using Conv = Rounded<Conv2d>;
+  using Dense = Rounded<model::Dense>;
+  // Softmax cross-entropy in float32; its gradient is multiplied by the loss scale, then rounded.
+  struct Loss : SoftmaxCrossEntropy {
+    Loss(int num_classes, const Numerics* numerics)
+        : SoftmaxCrossEntropy(num_classes), numerics_(numerics) {}
+    void backward(View dlogits) const {
+      SoftmaxCrossEntropy::backward(dlogits);
+      if (!numerics_) return;
+      if (numerics_->loss_scale != 1.0f)
+        for (float& v : dlogits) v *= numerics_->loss_scale;
+      numerics_->round(dlogits);
+    }
+
+   private:
+    const Numerics* numerics_;
+  };
   // MaxPool2d remembers the winners of forward(): backward needs neither x nor y.
   struct Pool : MaxPool2d {
     using MaxPool2d::MaxPool2d;
@@ -76,15 +128,17 @@ struct CpuLayers {
     }
   };
 
-  Conv conv(const Conv2dOptions& o) const { return Conv(o); }
+  Conv conv(const Conv2dOptions& o) const { return Conv(o, numerics); }
   Pool pool(const MaxPool2dOptions& o) const { return Pool(o); }
-  Dense dense(const DenseOptions& o) const { return Dense(o); }
+  Dense dense(const DenseOptions& o) const { return Dense(o, numerics); }
   Relu relu(int /*channels*/, int /*height*/, int /*width*/) const { return {}; }
-  Loss loss(int num_classes) const { return Loss(num_classes); }
+  Loss loss(int num_classes) const { return Loss(num_classes, numerics); }
   template <class B>
   static auto view(B& buffer, size_t n) {
     return std::span(buffer.data(), n);
   }
+
+  const Numerics* numerics = nullptr;  // the model's (null: float32)
 };
 
 class Model {
@@ -125,6 +179,12 @@ class Model {
   // the same gradients, bitwise.
   void backward(const std::function<void(size_t)>& on_grad_ready = {});
 
+  // The emulated precision (ModelOptions::precision) and the loss scale: backward() starts from
+  // the loss gradient times this scale (1 unless set; loss scaling, hvd/loss_scaler.h).
+  Precision precision() const { return numerics_.precision; }
+  void set_loss_scale(float scale) { numerics_.loss_scale = scale; }
+  float loss_scale() const { return numerics_.loss_scale; }
+
   // The activation memory of the last forward() and backward() as the graph counted it (bytes
   // held at most at once, held now, allocated; model/activation_ledger.h).
   ActivationMemory activation_memory() const { return graph_.activation_memory(); }
@@ -135,9 +195,14 @@ class Model {
 
  private:
   ModelOptions options_;
+  Numerics numerics_;          // what the layers emulate (precision, loss scale)
   CnnGraph<CpuLayers> graph_;  // the layers and their activations
   std::vector<float> params_, grads_;
   std::vector<ParameterTensor> parameters_;
+  // With a 16-bit precision the layers compute with these: params_ (the float32 master weights
+  // the optimizer updates) rounded by each forward().
+  std::vector<float> compute_params_;
+  std::vector<ParameterTensor> compute_parameters_;
 };
 
 }  // namespace train_cnn::model
