@@ -29,9 +29,9 @@ namespace hvd::comm {
 struct StarPatience {
   double first_seconds = 30;  // before the first call of `silent`
   double again_seconds = 30;  // each further round, when `silent` says "wait again"
-  // Called on the calling thread when the deadline has passed with `ranks` unheard (rank 0: the
-  // ranks whose vectors have not arrived; another rank: {0}, no reply from the coordinator) after
-  // `waited` seconds in all. Returns the ranks to declare lost (a subset of `ranks`); empty: wait
+  // Called on the calling thread when the deadline has passed with `ranks` unheard (the ranks
+  // whose vectors have not arrived: at rank 0, and in a tree at any rank with ranks below it; {0}:
+  // no reply from the coordinator) after `waited` seconds in all. Returns the ranks to declare lost (a subset of `ranks`); empty: wait
   // `again_seconds` more. Null: every silent rank is lost at the first deadline.
   std::function<std::vector<int>(const std::vector<int>& ranks, double waited)> silent;
 };
@@ -55,8 +55,9 @@ class ControlChannel {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  // The cycle's bit-vector AND, a star through rank 0: every other rank sends `bits` to rank 0,
-  // which ANDs them with its own and sends the result back (or, when ranks were lost, a notice
+  // The cycle's bit-vector AND, rooted at rank 0 (named for its first shape, a star; the MPI
+  // channel may also run it up and down a tree, comm/mpi_control_channel.h): every rank's `bits`
+  // reach rank 0, which ANDs them and sends the result back (or, when ranks were lost, a notice
   // naming the first of them, to every rank it did not lose). `bits` has the same length on every
   // rank; on kDone it holds the AND. Rank 0 does not wait for its replies to be delivered (a send
   // to a rank that has just stopped may never complete): they complete in the background and

@@ -10,9 +10,9 @@
 //     the position's "valid" bit and goes the slow way; anything else goes the slow way. (A group
 //     takes the fast path only when every member hits; cached hits that waited longer than
 //     fast_path_patience_seconds go the slow way, their entries invalidated.)
-//  2. One AND of [flags | hit bits | valid bits] across ranks, as a star through rank 0
-//     (ControlChannel::star_and): every rank sends its vector to rank 0, which ANDs them and
-//     replies. The flags are inverted so that AND answers "does ANY rank ...": want to shut down,
+//  2. One AND of [flags | hit bits | valid bits] across ranks, rooted at rank 0
+//     (ControlChannel::star_and: a star, or up and down a binomial tree, HVD_CONTROL_TOPOLOGY):
+//     every rank's vector reaches rank 0, which ANDs them and replies. The flags are inverted so that AND answers "does ANY rank ...": want to shut down,
 //     have uncached requests, have joined. The star has a deadline (peer_timeout_seconds; the other
 //     ranks give rank 0 coordinator_grace_seconds more): a rank that stays silent, and does not
 //     answer the liveness probe (`unresponsive`), is lost, and every rank throws a
