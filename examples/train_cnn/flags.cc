@@ -71,7 +71,12 @@ void add_training_flags(po::options_description& all, Flags& f, std::string& war
       "strategy", po::value(&f.strategy)->default_value(f.strategy),
       "auto|mirrored|multi-worker (auto: mirrored on one node, multi-worker on several)")(
       "device", po::value(&f.device)->default_value(f.device),
-      "auto|cpu|cuda (auto: cuda when built with cuDNN and a GPU is present)");
+      "auto|cpu|cuda (auto: cuda when built with cuDNN and a GPU is present)")(
+      "recompute", po::value<std::string>()->default_value("none")->implicit_value("all"),
+      "keep only each block's input in the forward pass and re-run the block (conv + ReLU, or "
+      "fc1 + ReLU) just before its backward: bitwise the same training, less activation memory, "
+      "more compute. none, all (a bare --recompute), or blocks joined by commas, e.g. "
+      "--recompute conv1 (of conv1, conv2, fc)");
 
   all.add(schedule);
 }
@@ -203,6 +208,7 @@ void validate(Flags& f, const po::variables_map& vm, const std::string& warmup,
   require(f.log_every >= 1, "--log-every", f.log_every, "it must be at least 1");
   require_one_of("--strategy", f.strategy, {"auto", "mirrored", "multi-worker"});
   require_one_of("--device", f.device, {"auto", "cpu", "cuda"});
+  f.recompute = model::parse_recompute_blocks(vm["recompute"].as<std::string>(), "--recompute");
   require_one_of("--progress", f.progress, {"auto", "bar", "lines"});
   require_one_of("--precision", f.precision, {"fp32", "bf16", "fp16"});
   f.static_loss_scale = parse_loss_scale(loss_scale);

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "model/recompute.h"
+
 namespace train_cnn {
 
 struct Flags {
@@ -29,6 +31,9 @@ struct Flags {
 
   std::string strategy = "auto";  // auto | mirrored | multi-worker
   std::string device = "auto";    // auto | cpu | cuda
+  // Activation recomputation (model/recompute.h): the blocks whose inner activations are re-run
+  // during backward instead of kept. None by default; all with a bare --recompute.
+  model::RecomputeBlocks recompute;
 
   // Mixed precision (model/precision.h, hvd/loss_scaler.h): fp32 | bf16 | fp16. With bf16 or fp16
   // the loss is scaled: dynamically (from loss_scale_init, x2 after loss_scale_window good steps,

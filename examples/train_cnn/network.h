@@ -72,6 +72,10 @@ class Network {
   virtual hvd::TensorRef gradient(size_t i) = 0;
   virtual void optimizer_step(float lr) = 0;
 
+  // Activation memory of the replica's last step (model/activation_ledger.h): bytes held at most
+  // at once during forward() and backward(), and allocated; on the GPU, device bytes.
+  virtual model::ActivationMemory activation_memory() const = 0;
+
   // Loss and accuracy over count host images, no gradients.
   virtual model::Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels,
                                      int64_t count) = 0;

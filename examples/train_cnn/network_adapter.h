@@ -71,6 +71,7 @@ class NetworkAdapter final : public Network {
   void optimizer_step(float lr) override {
     opt_.step(net_.flat_parameters(), net_.flat_gradients(), lr);
   }
+  model::ActivationMemory activation_memory() const override { return net_.activation_memory(); }
   model::Evaluation evaluate(std::span<const float> images, std::span<const int32_t> labels,
                              int64_t count) override {
     return net_.evaluate(images, labels, count);

@@ -138,6 +138,7 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
      << ") on " << device_.description << "; " << describe_data() << "; batch " << flags_.batch_size
      << " per replica, " << global_batch << " global; " << schedule_->describe() << "; "
      << net_->num_parameters() << " parameters";
+  if (flags_.recompute.any()) os << "; recompute " << model::describe(flags_.recompute);
   progress_->line(os.str());
 }
 
@@ -164,6 +165,7 @@ void Trainer::setup_local() {
   no.model.hidden = flags_.hidden;
   no.momentum = static_cast<float>(flags_.momentum);
   no.weight_decay = static_cast<float>(flags_.weight_decay);
+  no.model.recompute = flags_.recompute;
   no.model.precision = precision_->precision();
   net_ = make_network(device_, no);
   names_ = net_->parameter_names();
@@ -350,6 +352,7 @@ struct Trainer::RunTotals {
   double train_seconds = 0, train_wait = 0;  // this run
   double bench_seconds = 0, bench_wait = 0;  // this run after the benchmark's warm-up steps
   int64_t bench_steps = 0;
+  int64_t activation_peak = 0;  // bytes: the most any training step held (model's accounting)
 };
 
 bool Trainer::evaluates() const { return !flags_.benchmark && flags_.test_limit != 0; }
@@ -400,6 +403,7 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
     if (flags_.max_steps >= 0 && global_step_ >= flags_.max_steps) break;
     lr = schedule_->at(global_step_, epoch);
     const StepResult r = train_step(shard.batch(step_in_epoch), lr);
+    totals.activation_peak = std::max(totals.activation_peak, net_->activation_memory().peak_bytes);
     ++global_step_;
     ++sum.steps_this_run;
     ++epoch_steps;
@@ -495,6 +499,15 @@ void Trainer::report(const RunTotals& totals, TrainSummary& sum) {
        << format("%.1f", 100.0 * (warm ? perf[3] : perf[1])) << "% of step time; load average "
        << load_average();
     progress_->line(os.str());
+  }
+  if (flags_.benchmark || flags_.recompute.any()) {
+    // The model's own accounting (model/activation_ledger.h) on this rank; every rank runs the
+    // same batch size, so the same figure.
+    progress_->line("activations: at most " + std::to_string(totals.activation_peak) + " bytes (" +
+                    format("%.2f", totals.activation_peak / 1e6) +
+                    " MB) held at once in a training step of one replica (batch " +
+                    std::to_string(flags_.batch_size) + ", --recompute " +
+                    model::describe(flags_.recompute) + ")");
   }
   std::ostringstream os;
   os << "train_cnn: done: " << sum.epochs_done << (sum.epochs_done == 1 ? " epoch, " : " epochs, ")
