@@ -36,6 +36,10 @@ void require_one_of(const std::string& flag, const std::string& value,
 
 constexpr int64_t kBenchmarkDefaultSteps = 100;
 constexpr double kMaxLossScale = 16777216;  // 2^24, hvd::LossScalerOptions::max_scale
+// Limits of the input pipeline's flags: each prefetched batch is a buffer (pinned on a GPU).
+constexpr int kMaxPrefetch = 64;
+constexpr int kMaxLoaderThreads = 16;
+constexpr int kMaxDataDelayMs = 60000;
 
 // The flag groups of --help, bound to f; warmup receives --warmup-steps as given.
 void add_training_flags(po::options_description& all, Flags& f, std::string& warmup) {
@@ -90,7 +94,15 @@ void add_data_flags(po::options_description& all, Flags& f) {
       "synthetic-size", po::value(&f.synthetic_size)->default_value(f.synthetic_size),
       "training images of --synthetic (test set: a sixth of it)")(
       "test-limit", po::value(&f.test_limit)->default_value(f.test_limit),
-      "evaluate on the first N test images (-1: all, 0: no evaluation)");
+      "evaluate on the first N test images (-1: all, 0: no evaluation)")(
+      "prefetch", po::value(&f.prefetch)->default_value(f.prefetch),
+      "batches prepared ahead of the step by loader threads (0: each batch is loaded by the "
+      "training thread when the step needs it); the same batches and results either way")(
+      "loader-threads", po::value(&f.loader_threads)->default_value(f.loader_threads),
+      "loader threads with --prefetch > 0")(
+      "data-delay-ms", po::value(&f.data_delay_ms)->default_value(f.data_delay_ms),
+      "extra time to load each batch, in ms (a stand-in for a slow reader or decoder, to show "
+      "what --prefetch hides)");
 
   all.add(data_opts);
 }
@@ -204,6 +216,12 @@ void validate(Flags& f, const po::variables_map& vm, const std::string& warmup,
   require(f.keep_checkpoints >= 0, "--keep-checkpoints", f.keep_checkpoints,
           "it must be 0 (keep all) or more");
   require(f.benchmark_warmup >= 0, "--benchmark-warmup", f.benchmark_warmup,
+  require(f.prefetch >= 0 && f.prefetch <= kMaxPrefetch, "--prefetch", f.prefetch,
+          "it must be from 0 (no prefetch) to " + std::to_string(kMaxPrefetch) + " batches");
+  require(f.loader_threads >= 1 && f.loader_threads <= kMaxLoaderThreads, "--loader-threads",
+          f.loader_threads, "it must be from 1 to " + std::to_string(kMaxLoaderThreads));
+  require(f.data_delay_ms >= 0 && f.data_delay_ms <= kMaxDataDelayMs, "--data-delay-ms",
+          f.data_delay_ms, "it must be from 0 to " + std::to_string(kMaxDataDelayMs) + " ms");
           "it must be 0 or more");
   require(f.log_every >= 1, "--log-every", f.log_every, "it must be at least 1");
   require_one_of("--strategy", f.strategy, {"auto", "mirrored", "multi-worker"});

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "data/batch_memory.h"
 #include "hvd/checkpoint.h"
 #include "hvd/tensor.h"
 #include "model/model.h"
@@ -71,6 +72,18 @@ class Network {
   virtual void backward(const std::function<void(size_t)>& on_grad_ready) = 0;
   virtual hvd::TensorRef gradient(size_t i) = 0;
   virtual void optimizer_step(float lr) = 0;
+
+  // The input pipeline's side (data/batch_loader.h). make_batch_memory: where the loaders put
+  // the batches: host vectors, or with staged (a prefetching pipeline) on a GPU, pinned host
+  // buffers whose device copies the loaders start on a copy stream (gpu/batch_staging.h).
+  // forward_batch: forward() on a batch of that memory (a staged one: from its device copy, once
+  // the model's stream has waited for it).
+  virtual std::unique_ptr<data::BatchMemory> make_batch_memory(bool /*staged*/) {
+    return data::make_host_batch_memory();
+  }
+  virtual model::LossResult forward_batch(const data::BatchView& batch) {
+    return forward(batch.images, batch.labels, static_cast<int>(batch.size));
+  }
 
   // Activation memory of the replica's last step (model/activation_ledger.h): bytes held at most
   // at once during forward() and backward(), and allocated; on the GPU, device bytes.

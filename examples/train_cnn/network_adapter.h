@@ -16,6 +16,7 @@
 //   void from_host(Model&, Optimizer&)                  upload the host state (no-op on the CPU)
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -63,6 +64,20 @@ class NetworkAdapter final : public Network {
   model::LossResult forward(std::span<const float> images, std::span<const int32_t> labels,
                             int batch) override {
     return net_.forward(images, labels, batch);
+  }
+  // Device may stage prefetched batches on its device: make_batch_memory(Model&) and
+  // forward_batch(Model&, const data::BatchView&) (the GPU's CudnnDevice); else the host path.
+  std::unique_ptr<data::BatchMemory> make_batch_memory(bool staged) override {
+    if constexpr (requires(Device & d, Model & m) { d.make_batch_memory(m); }) {
+      if (staged) return device_.make_batch_memory(net_);
+    }
+    return Network::make_batch_memory(staged);
+  }
+  model::LossResult forward_batch(const data::BatchView& batch) override {
+    if constexpr (requires(Device & d, Model & m) { d.forward_batch(m, batch); }) {
+      if (batch.device_images != nullptr) return device_.forward_batch(net_, batch);
+    }
+    return Network::forward_batch(batch);
   }
   void backward(const std::function<void(size_t)>& on_grad_ready) override {
     net_.backward(on_grad_ready);

@@ -60,10 +60,11 @@ int64_t meta_int(const std::map<std::string, std::string>& m, const std::string&
 }  // namespace
 
 struct Trainer::StepResult {
-  double loss = 0;      // mean over the global batch
-  double accuracy = 0;  // over the global batch
-  double seconds = 0;   // wall time of the step on this rank
-  double wait = 0;      // of which waiting in synchronize_gradients()
+  double loss = 0;       // mean over the global batch
+  double accuracy = 0;   // over the global batch
+  double seconds = 0;    // wall time of the step on this rank
+  double wait = 0;       // of which waiting in synchronize_gradients()
+  double data_wait = 0;  // of which waiting for the batch (data/batch_loader.h)
 };
 
 Trainer::Trainer(const Flags& flags) : flags_(flags) {
@@ -137,7 +138,14 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   os << "train_cnn: " << size_ << (size_ == 1 ? " replica" : " replicas") << " (" << strategy_name_
      << ") on " << device_.description << "; " << describe_data() << "; batch " << flags_.batch_size
      << " per replica, " << global_batch << " global; " << schedule_->describe() << "; "
-     << net_->num_parameters() << " parameters";
+     << net_->num_parameters() << " parameters; input: ";
+  if (flags_.prefetch == 0)
+    os << "loaded by the training thread (--prefetch 0)";
+  else
+    os << "prefetch " << flags_.prefetch << " batches, " << flags_.loader_threads
+       << (flags_.loader_threads == 1 ? " loader thread, " : " loader threads, ")
+       << batch_memory_->description();
+  if (flags_.data_delay_ms > 0) os << ", +" << flags_.data_delay_ms << " ms per batch";
   if (flags_.recompute.any()) os << "; recompute " << model::describe(flags_.recompute);
   progress_->line(os.str());
 }
@@ -169,8 +177,7 @@ void Trainer::setup_local() {
   no.model.precision = precision_->precision();
   net_ = make_network(device_, no);
   names_ = net_->parameter_names();
-  batch_images_.resize(static_cast<size_t>(flags_.batch_size * train_.image_size()));
-  batch_labels_.resize(static_cast<size_t>(flags_.batch_size));
+  batch_memory_ = net_->make_batch_memory(/*staged=*/flags_.prefetch > 0);
   step_metrics_.assign(3, 0.0);
   if (!flags_.checkpoint_dir.empty())
     checkpointer_.emplace(flags_.checkpoint_dir, flags_.keep_checkpoints);
@@ -262,16 +269,24 @@ void Trainer::resume() {
                   ")");
 }
 
-Trainer::StepResult Trainer::train_step(const std::vector<int64_t>& rows, double lr) {
+data::LoaderOptions Trainer::loader_options() const {
+  return {.prefetch = flags_.prefetch,
+          .threads = flags_.loader_threads,
+          .delay_ms = flags_.data_delay_ms};
+}
+
+Trainer::StepResult Trainer::train_step(data::BatchLoader& batches, double lr) {
   StepResult out;
   const auto t0 = Clock::now();
   const double wait0 = strategy_->wait_seconds();
-  const int b = static_cast<int>(rows.size());
-  data::gather_batch(train_, rows, batch_images_, batch_labels_);
+  const double data_wait0 = batches.wait_seconds();
+  const data::BatchView batch = batches.next();
+  out.data_wait = batches.wait_seconds() - data_wait0;
+  const int b = static_cast<int>(batch.size);
 
   strategy_->begin_step();
   net_->zero_gradients();
-  const model::LossResult r = net_->forward(batch_images_, batch_labels_, b);
+  const model::LossResult r = net_->forward_batch(batch);
   // The global-batch loss and accuracy travel while the backward pass runs.
   step_metrics_ = {r.loss * b, static_cast<double>(r.correct), static_cast<double>(b)};
   hvd::Handle metrics = hvd::allreduce_async(std::span<double>(step_metrics_),
@@ -349,8 +364,8 @@ void Trainer::dump_weights() {
 
 // Totals of one run() over its epochs.
 struct Trainer::RunTotals {
-  double train_seconds = 0, train_wait = 0;  // this run
-  double bench_seconds = 0, bench_wait = 0;  // this run after the benchmark's warm-up steps
+  double train_seconds = 0, train_wait = 0, train_data_wait = 0;  // this run
+  double bench_seconds = 0, bench_wait = 0, bench_data_wait = 0;  // after the warm-up steps
   int64_t bench_steps = 0;
   int64_t activation_peak = 0;  // bytes: the most any training step held (model's accounting)
 };
@@ -397,12 +412,20 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
   s.epoch = epoch;
   s.epochs = flags_.epochs;
   s.steps_in_epoch = shard.steps;
-  double epoch_seconds = 0, epoch_wait = 0, loss_sum = 0, acc_sum = 0, lr = 0;
+  double epoch_seconds = 0, epoch_wait = 0, epoch_data_wait = 0, loss_sum = 0, acc_sum = 0, lr = 0;
   int64_t epoch_steps = 0;
   for (; step_in_epoch < shard.steps; ++step_in_epoch) {
     if (flags_.max_steps >= 0 && global_step_ >= flags_.max_steps) break;
     lr = schedule_->at(global_step_, epoch);
-    const StepResult r = train_step(shard.batch(step_in_epoch), lr);
+  // The batches of the steps this run trains in the epoch (up to --max-steps), loaded ahead.
+  const int64_t end_step =
+      flags_.max_steps < 0
+          ? shard.steps
+          : std::min(shard.steps,
+                     step_in_epoch + std::max<int64_t>(0, flags_.max_steps - global_step_));
+  data::BatchLoader batches(train_, shard, std::min(step_in_epoch, end_step), end_step,
+                            loader_options(), *batch_memory_);
+    const StepResult r = train_step(batches, lr);
     totals.activation_peak = std::max(totals.activation_peak, net_->activation_memory().peak_bytes);
     ++global_step_;
     ++sum.steps_this_run;
@@ -412,11 +435,13 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
     loss_sum += r.loss;
     acc_sum += r.accuracy;
     if (sum.steps_this_run > flags_.benchmark_warmup) {
+    epoch_data_wait += r.data_wait;
       totals.bench_seconds += r.seconds;
       totals.bench_wait += r.wait;
       ++totals.bench_steps;
     }
     s.step_in_epoch = step_in_epoch + 1;
+      totals.bench_data_wait += r.data_wait;
     s.global_step = global_step_;
     s.loss = r.loss;
     s.accuracy = r.accuracy;
@@ -434,6 +459,7 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
   if (step_in_epoch < shard.steps) return false;
 
   e.epoch = epoch;
+  totals.train_data_wait += epoch_data_wait;
   e.epochs = flags_.epochs;
   e.global_step = global_step_;
   e.train_loss = epoch_steps ? loss_sum / epoch_steps : 0;
@@ -477,13 +503,16 @@ void Trainer::report(const RunTotals& totals, TrainSummary& sum) {
       totals.train_seconds > 0 ? sum.steps_this_run * global_batch / totals.train_seconds : 0,
       totals.train_seconds > 0 ? totals.train_wait / totals.train_seconds : 0,
       totals.bench_seconds > 0 ? totals.bench_steps * global_batch / totals.bench_seconds : 0,
-      totals.bench_seconds > 0 ? totals.bench_wait / totals.bench_seconds : 0};
+      totals.bench_seconds > 0 ? totals.bench_wait / totals.bench_seconds : 0,
+      totals.train_seconds > 0 ? totals.train_data_wait / totals.train_seconds : 0,
+      totals.bench_seconds > 0 ? totals.bench_data_wait / totals.bench_seconds : 0};
   hvd::allreduce(perf, "train_cnn.perf", hvd::ReduceOp::kAverage);
   sum.images_per_s = perf[0];
   sum.wait_share = perf[1];
   dump_weights();
 
   if (flags_.benchmark) {
+  sum.data_wait_share = perf[4];
     const bool warm = totals.bench_steps > 0;
     const double images_per_s = warm ? perf[2] : perf[0];
     std::ostringstream os;
@@ -496,7 +525,9 @@ void Trainer::report(const RunTotals& totals, TrainSummary& sum) {
        << format("%.1f", images_per_s / size_) << " per replica), "
        << format("%.2f", 1000.0 * global_batch / std::max(1e-9, images_per_s))
        << " ms per step, waiting for communication "
-       << format("%.1f", 100.0 * (warm ? perf[3] : perf[1])) << "% of step time; load average "
+       << format("%.1f", 100.0 * (warm ? perf[3] : perf[1])) << "% and for data "
+       << format("%.1f", 100.0 * (warm ? perf[5] : perf[4])) << "% of step time (--prefetch "
+       << flags_.prefetch << ", --data-delay-ms " << flags_.data_delay_ms << "); load average "
        << load_average();
     progress_->line(os.str());
   }
@@ -515,7 +546,8 @@ void Trainer::report(const RunTotals& totals, TrainSummary& sum) {
      << flags_.batch_size << " images in " << format("%.1f", sum.seconds) << " s";
   if (sum.evaluated) os << "; test accuracy " << format("%.4f", sum.test_accuracy);
   os << "; " << format("%.1f", sum.images_per_s) << " images/s; waiting for communication "
-     << format("%.1f", 100.0 * sum.wait_share) << "% of step time";
+     << format("%.1f", 100.0 * sum.wait_share) << "% and for data "
+     << format("%.1f", 100.0 * sum.data_wait_share) << "% of step time";
   progress_->line(os.str());
 }
 

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 
+#include "data/batch_loader.h"
 #include "data/dataset.h"
 #include "flags.h"
 #include "hvd/hvd.h"
@@ -47,9 +48,10 @@ struct TrainSummary {
   int epochs_done = 0;  // complete epochs in total
   bool evaluated = false;
   double test_loss = 0, test_accuracy = 0;
-  double images_per_s = 0;  // training throughput of this run, images of all replicas
-  double wait_share = 0;    // share of step time waiting for gradient all-reduces (rank mean)
-  double seconds = 0;       // wall time of this run's training loop
+  double images_per_s = 0;     // training throughput of this run, images of all replicas
+  double wait_share = 0;       // share of step time waiting for gradient all-reduces (rank mean)
+  double data_wait_share = 0;  // share of step time waiting for the input pipeline (rank mean)
+  double seconds = 0;          // wall time of this run's training loop
 };
 
 class Trainer {
@@ -79,7 +81,8 @@ class Trainer {
   void end_epoch(EpochStats& e, TrainSummary& sum);
   void evaluate_at_stop(int epoch, TrainSummary& sum);
   void report(const RunTotals& totals, TrainSummary& sum);
-  StepResult train_step(const std::vector<int64_t>& rows, double lr);
+  StepResult train_step(data::BatchLoader& batches, double lr);
+  data::LoaderOptions loader_options() const;
   bool evaluates() const;  // a test set is evaluated (not --benchmark, not --test-limit 0)
   // Test loss/accuracy over the first test_limit test images, sharded across ranks.
   model::Evaluation evaluate_test(int epoch);
@@ -101,8 +104,7 @@ class Trainer {
   std::optional<hvd::Checkpointer> checkpointer_;
   std::unique_ptr<Progress> progress_;
   MetricsCsv csv_;
-  std::vector<float> batch_images_;
-  std::vector<int32_t> batch_labels_;
+  std::unique_ptr<data::BatchMemory> batch_memory_;  // the input pipeline's buffers (after net_)
   std::vector<double> step_metrics_;  // {loss x batch, correct, batch}, all-reduced each step
 
   int start_epoch_ = 0;

@@ -8,6 +8,7 @@
 #include "hvd/collectives.h"
 #include "hvd/error.h"
 #include "hvd/loss_scaler.h"
+#include "hvd/prefetch.h"
 #include "hvd/strategy.h"
 #include "hvd/tensor.h"
 #include "hvd/version.h"

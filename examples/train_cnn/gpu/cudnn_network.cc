@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "gpu/batch_staging.h"
+#include "gpu/check.h"
 #include "gpu/cudnn_model.h"
 #include "gpu/sgd_momentum.h"
 #include "network_adapter.h"
@@ -29,6 +31,18 @@ class CudnnDevice {
     const GpuParameterTensor& p = net.parameters().at(i);
     return hvd::TensorRef(p.gradient, hvd::DataType::kFloat32, p.shape,
                           hvd::Device::cuda(net.device()), static_cast<void*>(net.stream()));
+  }
+  // Prefetched batches (data/batch_loader.h) staged in pinned memory and copied to the device by
+  // the loader threads (gpu/batch_staging.h); the forward pass waits for the copy on the device.
+  std::unique_ptr<data::BatchMemory> make_batch_memory(CudnnModel& net) {
+    return make_staged_batch_memory(net.device(), net.stream());
+  }
+  model::LossResult forward_batch(CudnnModel& net, const data::BatchView& batch) {
+    net.context().activate();
+    CNN_CUDA_CHECK(cudaStreamWaitEvent(net.stream(), static_cast<cudaEvent_t>(batch.ready), 0));
+    net.enqueue_forward_device(batch.device_images, batch.device_labels,
+                               static_cast<int>(batch.size));
+    return net.last_loss();
   }
   std::span<float> parameters(CudnnModel& /*net*/) { return host_params_; }
   std::span<float> velocity(SgdMomentum& /*opt*/) { return host_velocity_; }
