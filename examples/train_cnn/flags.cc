@@ -213,15 +213,15 @@ void validate(Flags& f, const po::variables_map& vm, const std::string& warmup,
   require(f.synthetic_size >= 1, "--synthetic-size", f.synthetic_size, "it must be at least 1");
   require(f.test_limit >= -1, "--test-limit", f.test_limit,
           "it must be -1 (all), 0 (none) or more");
-  require(f.keep_checkpoints >= 0, "--keep-checkpoints", f.keep_checkpoints,
-          "it must be 0 (keep all) or more");
-  require(f.benchmark_warmup >= 0, "--benchmark-warmup", f.benchmark_warmup,
   require(f.prefetch >= 0 && f.prefetch <= kMaxPrefetch, "--prefetch", f.prefetch,
           "it must be from 0 (no prefetch) to " + std::to_string(kMaxPrefetch) + " batches");
   require(f.loader_threads >= 1 && f.loader_threads <= kMaxLoaderThreads, "--loader-threads",
           f.loader_threads, "it must be from 1 to " + std::to_string(kMaxLoaderThreads));
   require(f.data_delay_ms >= 0 && f.data_delay_ms <= kMaxDataDelayMs, "--data-delay-ms",
           f.data_delay_ms, "it must be from 0 to " + std::to_string(kMaxDataDelayMs) + " ms");
+  require(f.keep_checkpoints >= 0, "--keep-checkpoints", f.keep_checkpoints,
+          "it must be 0 (keep all) or more");
+  require(f.benchmark_warmup >= 0, "--benchmark-warmup", f.benchmark_warmup,
           "it must be 0 or more");
   require(f.log_every >= 1, "--log-every", f.log_every, "it must be at least 1");
   require_one_of("--strategy", f.strategy, {"auto", "mirrored", "multi-worker"});

@@ -48,11 +48,11 @@ struct Flags {
   bool synthetic = false;
   int64_t synthetic_size = 60000;  // training images of the synthetic set (test: size / 6)
   int64_t test_limit = -1;         // evaluate on the first N test images (-1: all, 0: skip)
-
   // Input pipeline (data/batch_loader.h): batches prepared ahead of the step by loader threads.
   int prefetch = 2;  // batches ahead (0: each batch loaded by the training thread when needed)
   int loader_threads = 1;  // loader threads (with prefetch > 0)
   int data_delay_ms = 0;   // extra loading time per batch (a stand-in for a slow reader)
+
   // Checkpoints.
   std::string checkpoint_dir;  // empty: no checkpoints
   bool resume = false;

@@ -414,9 +414,6 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
   s.steps_in_epoch = shard.steps;
   double epoch_seconds = 0, epoch_wait = 0, epoch_data_wait = 0, loss_sum = 0, acc_sum = 0, lr = 0;
   int64_t epoch_steps = 0;
-  for (; step_in_epoch < shard.steps; ++step_in_epoch) {
-    if (flags_.max_steps >= 0 && global_step_ >= flags_.max_steps) break;
-    lr = schedule_->at(global_step_, epoch);
   // The batches of the steps this run trains in the epoch (up to --max-steps), loaded ahead.
   const int64_t end_step =
       flags_.max_steps < 0
@@ -425,6 +422,9 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
                      step_in_epoch + std::max<int64_t>(0, flags_.max_steps - global_step_));
   data::BatchLoader batches(train_, shard, std::min(step_in_epoch, end_step), end_step,
                             loader_options(), *batch_memory_);
+  for (; step_in_epoch < shard.steps; ++step_in_epoch) {
+    if (flags_.max_steps >= 0 && global_step_ >= flags_.max_steps) break;
+    lr = schedule_->at(global_step_, epoch);
     const StepResult r = train_step(batches, lr);
     totals.activation_peak = std::max(totals.activation_peak, net_->activation_memory().peak_bytes);
     ++global_step_;
@@ -432,16 +432,16 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
     ++epoch_steps;
     epoch_seconds += r.seconds;
     epoch_wait += r.wait;
+    epoch_data_wait += r.data_wait;
     loss_sum += r.loss;
     acc_sum += r.accuracy;
     if (sum.steps_this_run > flags_.benchmark_warmup) {
-    epoch_data_wait += r.data_wait;
       totals.bench_seconds += r.seconds;
       totals.bench_wait += r.wait;
+      totals.bench_data_wait += r.data_wait;
       ++totals.bench_steps;
     }
     s.step_in_epoch = step_in_epoch + 1;
-      totals.bench_data_wait += r.data_wait;
     s.global_step = global_step_;
     s.loss = r.loss;
     s.accuracy = r.accuracy;
@@ -456,10 +456,10 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
   }
   totals.train_seconds += epoch_seconds;
   totals.train_wait += epoch_wait;
+  totals.train_data_wait += epoch_data_wait;
   if (step_in_epoch < shard.steps) return false;
 
   e.epoch = epoch;
-  totals.train_data_wait += epoch_data_wait;
   e.epochs = flags_.epochs;
   e.global_step = global_step_;
   e.train_loss = epoch_steps ? loss_sum / epoch_steps : 0;
@@ -509,10 +509,10 @@ void Trainer::report(const RunTotals& totals, TrainSummary& sum) {
   hvd::allreduce(perf, "train_cnn.perf", hvd::ReduceOp::kAverage);
   sum.images_per_s = perf[0];
   sum.wait_share = perf[1];
+  sum.data_wait_share = perf[4];
   dump_weights();
 
   if (flags_.benchmark) {
-  sum.data_wait_share = perf[4];
     const bool warm = totals.bench_steps > 0;
     const double images_per_s = warm ? perf[2] : perf[0];
     std::ostringstream os;
