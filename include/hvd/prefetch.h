@@ -14,23 +14,23 @@
 //     train_one_step();
 //   }
 //
-// Contract:
-//   - Items 0..count-1 are filled once each by fill(item, slot) and delivered by next() in item
-//     order, whatever the number of loader threads, so a trainer sees the same batches, in the
-//     same order, with any depth: its results do not depend on it.
-//   - Bounded: while the consumer holds item c (from next() until its next call), loaders fill at
-//     most items c+1..c+depth. There are depth + 1 slots, reused in a ring (item i in slot
-//     i % slots()); a slot's buffers keep their capacity from one item to the next.
-//   - depth 0 is no prefetch and no thread: next() fills its item on the calling thread.
-//   - fill runs on the loader threads; with threads > 1, concurrently for different items and
-//     slots. An exception it throws is rethrown by the next() that would have returned that item
-//     (the items before it are delivered first); no later item is started, and every later
-//     next() rethrows it too.
-//   - Destruction at any point (the consumer stopping early, an exception unwinding) stops the
-//     loaders: a fill in progress runs to its end, no other starts, the threads are joined. It
-//     never waits for the consumer; errors of items never asked for are dropped.
-//   - wait_seconds(): the time next() spent waiting for items (with depth 0: filling them), i.e.
-//     the time the consumer was held up by its input pipeline.
+// Contract.
+// Order: items 0..count-1 are filled once each by fill(item, slot) and delivered by next() in
+// item order, whatever the number of loader threads, so a trainer sees the same batches in the
+// same order with any depth: its results do not depend on it.
+// Bound: while the consumer holds item c (from next() until its next call), loaders fill at most
+// items c+1..c+depth (before the first next(), items 0..depth). There are depth + 1 slots, reused
+// in a ring (item i in slot i % slots()); a slot's buffers keep their capacity between items.
+// Depth 0 is no prefetch and no thread: next() fills its item on the calling thread.
+// Errors: fill runs on the loader threads (with threads > 1, concurrently for different items and
+// slots). An exception it throws is rethrown by the next() that would have returned that item,
+// after every earlier item was delivered; no later item is started, and every later next()
+// rethrows it too.
+// Shutdown: destruction at any point (the consumer stopping early, an exception unwinding) stops
+// the loaders: a fill in progress runs to its end, no other starts, the threads are joined. It
+// never waits for the consumer; errors of items never asked for are dropped.
+// wait_seconds(): the time next() spent waiting for items (with depth 0: filling them), i.e. the
+// time the consumer was held up by its input pipeline.
 // Thread safety: next(), wait_seconds() and the destructor on one consumer thread.
 
 #include <cstdint>
