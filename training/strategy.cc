@@ -41,6 +41,10 @@ Strategy::Strategy(const StrategyOptions& options) : options_(options) {
   if (options_.warmup_steps < 0)
     throw InvalidArgumentError("StrategyOptions::warmup_steps is " +
                                std::to_string(options_.warmup_steps) + ": it must be 0 or more.");
+  const DataType g = options_.gradient_dtype;
+  if (g != DataType::kFloat32 && g != DataType::kFloat16 && g != DataType::kBFloat16)
+    throw InvalidArgumentError(std::string("StrategyOptions::gradient_dtype is ") + dtype_name(g) +
+                               ": it must be float32, float16 or bfloat16.");
   (void)hvd::size();  // throws the usual error before init()
 }
 
@@ -115,11 +119,31 @@ void Strategy::gradient_ready(const std::string& name, TensorRef grad) {
     if (!communicating_step()) return;
     std::memcpy(grad.data(), acc.data(), bytes);
     std::fill(acc.begin(), acc.end(), std::byte{0});
-    pending_.push_back(
-        allreduce_async(grad, grad, "grad." + name, ReduceOp::kAverage, 1.0 / k, 1.0));
+    pending_.push_back(start_allreduce(name, grad, 1.0 / k));
     return;
   }
-  pending_.push_back(allreduce_async(grad, grad, "grad." + name, ReduceOp::kAverage));
+  pending_.push_back(start_allreduce(name, grad, 1.0));
+}
+
+Handle Strategy::start_allreduce(const std::string& name, TensorRef grad, double prescale) {
+  const DataType wire = options_.gradient_dtype;
+  if (wire == DataType::kFloat32 || grad.dtype() != DataType::kFloat32)
+    return allreduce_async(grad, grad, "grad." + name, ReduceOp::kAverage, prescale, 1.0);
+  if (grad.device().kind != Device::kCPU)
+    throw InvalidArgumentError(std::string("a ") + dtype_name(wire) +
+                               " gradient all-reduce (StrategyOptions::gradient_dtype) is "
+                               "implemented for CPU gradients only; '" +
+                               name + "' is on " + device_name(grad.device()) +
+                               ". Use gradient_dtype = float32 on GPUs.");
+  // Rounded once (the prescale applied in double first), reduced in 16 bits, widened back after
+  // the wait (synchronize_gradients).
+  std::vector<uint16_t>& bits = wire_[name];
+  const size_t n = static_cast<size_t>(grad.num_elements());
+  bits.resize(n);
+  compress_copy(DataType::kFloat32, wire, grad.data(), bits.data(), n, prescale);
+  unpack_.emplace_back(grad, &bits);
+  const TensorRef w(bits.data(), wire, grad.shape());
+  return allreduce_async(w, w, "grad." + name, ReduceOp::kAverage);
 }
 
 bool Strategy::synchronize_gradients() {
@@ -134,6 +158,11 @@ bool Strategy::synchronize_gradients() {
     }
   }
   pending_.clear();
+  if (first_error.empty())
+    for (auto& [grad, bits] : unpack_)
+      decompress_copy(options_.gradient_dtype, DataType::kFloat32, bits->data(), grad.data(),
+                      bits->size(), 1.0);
+  unpack_.clear();
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++micro_step_;
   if (!first_error.empty()) throw CommunicationError("gradient reduction failed: " + first_error);

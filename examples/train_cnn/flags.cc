@@ -157,7 +157,10 @@ void add_precision_flags(po::options_description& all, Flags& f, std::string& lo
       "loss-scale-init", po::value(&f.loss_scale_init)->default_value(f.loss_scale_init),
       "the first scale of --loss-scale dynamic (halved after each overflow)")(
       "loss-scale-window", po::value(&f.loss_scale_window)->default_value(f.loss_scale_window),
-      "--loss-scale dynamic doubles the scale after this many steps without overflow");
+      "--loss-scale dynamic doubles the scale after this many steps without overflow")(
+      "gradient-allreduce", po::value(&f.gradient_allreduce)->default_value(f.gradient_allreduce),
+      "fp32|bf16|fp16: the dtype the gradients are all-reduced in (bf16/fp16: rounded to 16 bits, "
+      "half the bytes; an fp16 overflow is caught by the loss scaler's check)");
   all.add(precision);
 }
 
@@ -229,6 +232,7 @@ void validate(Flags& f, const po::variables_map& vm, const std::string& warmup,
   f.recompute = model::parse_recompute_blocks(vm["recompute"].as<std::string>(), "--recompute");
   require_one_of("--progress", f.progress, {"auto", "bar", "lines"});
   require_one_of("--precision", f.precision, {"fp32", "bf16", "fp16"});
+  require_one_of("--gradient-allreduce", f.gradient_allreduce, {"fp32", "bf16", "fp16"});
   f.static_loss_scale = parse_loss_scale(loss_scale);
   require(f.loss_scale_init >= 1 && f.loss_scale_init <= kMaxLossScale, "--loss-scale-init",
           f.loss_scale_init, "it must be from 1 to 2^24 (16777216)");

@@ -42,6 +42,7 @@ struct Flags {
   double loss_scale_init = 65536;   // --loss-scale dynamic: the first scale
   int64_t loss_scale_window = 2000;  // --loss-scale dynamic: good steps before the scale doubles
   double static_loss_scale = 0;      // --loss-scale N: N; 0: dynamic
+  std::string gradient_allreduce = "fp32";  // fp32 | bf16 | fp16: the gradients' all-reduce dtype
 
   // Data.
   std::string data_dir;  // default data::kDefaultFashionMnistDir

@@ -44,7 +44,9 @@ std::set<std::pair<int, int64_t>> parse_hook(const std::string& text) {
 }  // namespace
 
 MixedPrecision::MixedPrecision(const Flags& flags, int rank)
-    : precision_(model::parse_precision(flags.precision)), rank_(rank) {
+    : precision_(model::parse_precision(flags.precision)),
+      rank_(rank),
+      gradient_allreduce_(flags.gradient_allreduce) {
   if (const char* hook = std::getenv(kTestHook); hook != nullptr && *hook != '\0') {
     injected_ = parse_hook(hook);
     hook_ = true;
@@ -72,15 +74,18 @@ MixedPrecision::MixedPrecision(const Flags& flags, int rank)
 
 std::string MixedPrecision::describe() const {
   std::string s = std::string("precision ") + model::precision_name(precision_);
-  if (!scaler_) return s;
-  const hvd::LossScalerOptions& o = scaler_->options();
-  if (o.dynamic)
-    return s + ", loss scale dynamic from " + number(o.initial_scale) + " (x" +
+  if (scaler_) {
+    const hvd::LossScalerOptions& o = scaler_->options();
+    if (o.dynamic)
+      s += ", loss scale dynamic from " + number(o.initial_scale) + " (x" +
            number(o.growth_factor) + " after " + std::to_string(o.growth_interval) +
            " steps without overflow, x" + number(o.backoff_factor) +
            " after an overflow, whose step every rank skips)";
-  return s + ", loss scale fixed at " + number(o.initial_scale) +
-         " (a step that overflows is skipped by every rank)";
+    else
+      s += ", loss scale fixed at " + number(o.initial_scale) +
+           " (a step that overflows is skipped by every rank)";
+  }
+  return s + "; gradients all-reduced in " + gradient_allreduce_;
 }
 
 void MixedPrecision::before_backward(Network& net) {

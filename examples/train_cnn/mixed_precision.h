@@ -39,10 +39,12 @@ class MixedPrecision {
   // hvd::InvalidArgumentError for a malformed TRAIN_CNN_TEST_OVERFLOW.
   MixedPrecision(const Flags& flags, int rank);
 
-  bool enabled() const { return scaler_.has_value(); }
+  bool enabled() const { return scaler_.has_value(); }  // a 16-bit --precision: loss scaling
+  // Anything to announce: a 16-bit --precision or --gradient-allreduce.
+  bool active() const { return enabled() || gradient_allreduce_ != "fp32"; }
   model::Precision precision() const { return precision_; }
-  // e.g. "precision bf16 (emulated on the CPU), loss scale dynamic from 65536 (x2 after 2000
-  // good steps, /2 after an overflow)".
+  // e.g. "precision bf16, loss scale dynamic from 65536 (x2 after 2000 steps without overflow,
+  // x0.5 after an overflow, whose step every rank skips); gradients all-reduced in bf16".
   std::string describe() const;
 
   // Sets the network's loss scale for the coming backward pass.
@@ -66,6 +68,7 @@ class MixedPrecision {
   int rank_ = 0;
   std::set<std::pair<int, int64_t>> injected_;  // (rank, step) of TRAIN_CNN_TEST_OVERFLOW
   bool hook_ = false;                           // TRAIN_CNN_TEST_OVERFLOW is set
+  std::string gradient_allreduce_;              // --gradient-allreduce
 };
 
 }  // namespace train_cnn

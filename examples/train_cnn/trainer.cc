@@ -89,6 +89,9 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   so.base_learning_rate = flags_.lr;
   so.scale_learning_rate = flags_.lr_scaling;
   so.shuffle_seed = static_cast<uint64_t>(flags_.seed);
+  if (flags_.gradient_allreduce != "fp32")
+    so.gradient_dtype = flags_.gradient_allreduce == "bf16" ? hvd::DataType::kBFloat16
+                                                            : hvd::DataType::kFloat16;
   std::string kind = flags_.strategy;
   if (kind == "auto") kind = hvd::cross_size() > 1 ? "multi-worker" : "mirrored";
   try {
@@ -127,7 +130,7 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   strategy_->broadcast_parameters(net_->state());
   net_->state_from_host();
   if (flags_.resume) resume();
-  if (precision_->enabled()) progress_->line("train_cnn: " + precision_->describe());
+  if (precision_->active()) progress_->line("train_cnn: " + precision_->describe());
 
   if (rank_ == 0 && flags_.metrics_csv != "none") {
     // Opened after the agreement's check that it can be (setup_local), appending on resume.

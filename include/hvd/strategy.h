@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hvd/checkpoint.h"
@@ -48,6 +49,11 @@ struct StrategyOptions {
   int64_t warmup_steps = 0;          // ramp linearly from base to the scaled rate over these steps
   int accumulation_steps = 1;        // all-reduce every k-th step; sum gradients locally in between
   uint64_t shuffle_seed = 0;         // the shared seed of the per-epoch shuffle
+  // The dtype float32 gradients are all-reduced in: kFloat32 (as they are), or kFloat16 /
+  // kBFloat16, mixed precision's 16-bit gradient all-reduce: each gradient is rounded to 16 bits
+  // (nearest even), all-reduced as such (half the bytes) and written back as float32. CPU
+  // gradients only; gradients of other dtypes travel as they are.
+  DataType gradient_dtype = DataType::kFloat32;
 };
 
 // This replica's share of one epoch: the same number of steps on every replica.
@@ -98,11 +104,15 @@ class Strategy {
 
  private:
   bool communicating_step() const;
+  // Starts the all-reduce of grad (in place, or through its 16-bit copy: gradient_dtype).
+  Handle start_allreduce(const std::string& name, TensorRef grad, double prescale);
 
   StrategyOptions options_;
   int64_t micro_step_ = 0;
   std::vector<Handle> pending_;
   std::map<std::string, std::vector<std::byte>> accumulators_;
+  std::map<std::string, std::vector<uint16_t>> wire_;  // 16-bit copies (gradient_dtype)
+  std::vector<std::pair<TensorRef, std::vector<uint16_t>*>> unpack_;  // written back after waits
   double wait_seconds_ = 0;
 };
 

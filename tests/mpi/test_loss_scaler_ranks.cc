@@ -1,6 +1,8 @@
 // hvd::LossScaler across ranks: an overflow seen by one rank only (injected after the gradient
 // all-reduce, where nothing else would spread it) skips that step on every rank, the scale moves
-// identically everywhere, and the replicas' weights stay bitwise identical. Every rank computes
+// identically everywhere, and the replicas' weights stay bitwise identical. And the strategy's
+// 16-bit gradient all-reduce (StrategyOptions::gradient_dtype): values rounded to fp16/bf16, an
+// fp16 overflow on one rank seen by every rank. Every rank computes
 // the expected schedule itself and checks its own decisions; the replicas are compared with an
 // allgather.
 #include <gtest/gtest.h>
@@ -9,9 +11,11 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/dtype_math.h"
 #include "hvd/hvd.h"
 
 namespace {
@@ -160,6 +164,59 @@ TEST(LossScalerAcrossRanks, UpdateCombinesTheFlagsOfAllRanks) {
   EXPECT_FALSE(d.skipped);
   EXPECT_EQ(d.overflow_ranks, 0);
   EXPECT_EQ(s.skipped_steps(), size);
+}
+
+std::unique_ptr<hvd::Strategy> make_strategy(const hvd::StrategyOptions& o) {
+  if (hvd::cross_size() > 1) return std::make_unique<hvd::MultiWorkerMirroredStrategy>(o);
+  return std::make_unique<hvd::MirroredStrategy>(o);
+}
+
+TEST(SixteenBitGradientAllreduce, GradientsTravelIn16BitsAndAnFp16OverflowReachesEveryRank) {
+  hvd::init();
+  const int rank = hvd::rank(), size = hvd::size();
+  for (hvd::DataType wire : {hvd::DataType::kFloat16, hvd::DataType::kBFloat16}) {
+    const std::string tag = hvd::dtype_name(wire);
+    hvd::StrategyOptions o;
+    o.gradient_dtype = wire;
+    auto strategy = make_strategy(o);
+    hvd::LossScalerOptions so;
+    so.name = "test_loss_scaler.wire." + tag;
+    hvd::LossScaler scaler(so);
+    // Multiples of 1/4 (exact in both formats, and so is their average over 1..4 ranks), and 0.1
+    // on every rank (its average is 0.1 rounded to 16 bits).
+    std::vector<float> g(23);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 0.25f * static_cast<float>(i + rank);
+    g[0] = 0.1f;
+    strategy->begin_step();
+    strategy->gradient_ready("wire." + tag, ref(g));
+    ASSERT_TRUE(strategy->synchronize_gradients());
+    const float tenth = wire == hvd::DataType::kFloat16
+                            ? hvd::half_to_float(hvd::float_to_half(0.1f))
+                            : hvd::bfloat16_to_float(hvd::float_to_bfloat16(0.1f));
+    // Within one 16-bit ulp of 0.1 rounded (on 3 ranks the runtime's 16-bit average of three equal
+    // values can land one ulp off: its partial sums are 16-bit too).
+    const float ulp = wire == hvd::DataType::kFloat16 ? 0x1p-14f : 0x1p-11f;
+    EXPECT_NEAR(g[0], tenth, ulp * 1.01f) << tag;
+    EXPECT_NE(g[0], 0.1f) << tag << ": the gradient did not travel in 16 bits";
+    for (size_t i = 1; i < g.size(); ++i)
+      EXPECT_EQ(g[i], 0.25f * (static_cast<float>(i) + 0.5f * static_cast<float>(size - 1)))
+          << tag << " element " << i;
+    // 70000 on the last rank only: beyond fp16's range (Inf for every rank after the all-reduce),
+    // within bf16's.
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 1.0f;
+    if (rank == size - 1) g[5] = 70000.0f;
+    strategy->begin_step();
+    strategy->gradient_ready("wire." + tag, ref(g));
+    ASSERT_TRUE(strategy->synchronize_gradients());
+    const bool local = scaler.unscale({ref(g)});
+    EXPECT_EQ(local, wire == hvd::DataType::kFloat16) << tag << " on rank " << rank;
+    const hvd::LossScaleStep d = scaler.update(local);
+    EXPECT_EQ(d.skipped, wire == hvd::DataType::kFloat16) << tag;
+    EXPECT_EQ(d.overflow_ranks, wire == hvd::DataType::kFloat16 ? size : 0) << tag;
+  }
+  hvd::StrategyOptions bad;
+  bad.gradient_dtype = hvd::DataType::kInt32;
+  EXPECT_THROW(make_strategy(bad), hvd::InvalidArgumentError);
 }
 
 }  // namespace
