@@ -11,6 +11,8 @@
 #                      once; measured on Fashion-MNIST, 2 ranks: losses within 4.5e-3, weights
 #                      within 1.7e-3, while bf16 and fp32 on one rank differ by 1.1e-2 after 20
 #                      steps. Real Fashion-MNIST when installed, else --synthetic.
+#                      TRAIN_CNN_GRAD_ALLREDUCE (default fp32) is both runs' --gradient-allreduce
+#                      (bf16: measured 1.7e-3 on the weights as well).
 #   MODE overflow      NP ranks, bf16, dynamic scale from 1024 doubling after 3 good steps; the
 #                      test hook TRAIN_CNN_TEST_OVERFLOW makes the last rank alone report an
 #                      overflow at step 4 and rank 0 at step 9. Every rank must print that it
@@ -64,8 +66,9 @@ same_run() {
 case "$mode" in
   same-weights)
     b=32 steps=10
-    same_run one 1 $((np * b)) --max-steps $steps --precision bf16
-    same_run many "$np" $b --max-steps $steps --precision bf16
+    wire=(--gradient-allreduce "${TRAIN_CNN_GRAD_ALLREDUCE:-fp32}")
+    same_run one 1 $((np * b)) --max-steps $steps --precision bf16 "${wire[@]}"
+    same_run many "$np" $b --max-steps $steps --precision bf16 "${wire[@]}"
     grep '^step ' one.log >one.steps
     grep '^step ' many.log >many.steps
     [[ $(wc -l <one.steps) -eq $steps && $(wc -l <many.steps) -eq $steps ]] ||
@@ -76,7 +79,7 @@ case "$mode" in
       END { printf "bf16: largest loss difference %.3g (1e-2 allowed)\n", worst; exit bad }' ||
       fail "bf16 losses of 1 rank x $((np * b)) and $np ranks x $b differ by more than 1e-2"
     "$compare" one.bin many.bin 5e-3 || fail "bf16 weights of 1 rank and $np ranks differ by more than 5e-3"
-    echo "PASS: bf16, 1 rank x $((np * b)) == $np ranks x $b for $steps steps (losses 1e-2, weights 5e-3)"
+    echo "PASS: bf16 (${wire[*]}), 1 rank x $((np * b)) == $np ranks x $b for $steps steps (losses 1e-2, weights 5e-3)"
     ;;
 
   overflow)
