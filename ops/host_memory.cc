@@ -1,9 +1,25 @@
 #include "ops/host_memory.h"
 
+#include <atomic>
 #include <cstring>
 #include <vector>
 
 namespace hvd::ops {
+namespace {
+
+std::atomic<int64_t> g_packed_bytes{0};
+std::atomic<int64_t> g_unpacked_bytes{0};
+std::atomic<int64_t> g_batches{0};
+
+}  // namespace
+
+FusionCopyCounts fusion_copy_counts() {
+  FusionCopyCounts c;
+  c.packed_bytes = g_packed_bytes.load(std::memory_order_relaxed);
+  c.unpacked_bytes = g_unpacked_bytes.load(std::memory_order_relaxed);
+  c.batches = g_batches.load(std::memory_order_relaxed);
+  return c;
+}
 
 PackedBatch HostMemory::pack(const OpBatch& batch, DataType packed, int64_t parts,
                              double prescale) {
@@ -31,14 +47,18 @@ PackedBatch HostMemory::pack(const OpBatch& batch, DataType packed, int64_t part
   }
   if (p.count > used)
     std::memset(buf + used * esize, 0, static_cast<std::size_t>((p.count - used) * esize));
+  g_packed_bytes.fetch_add(p.count * esize, std::memory_order_relaxed);
+  g_batches.fetch_add(1, std::memory_order_relaxed);
   return p;
 }
 
 void HostMemory::unpack(OpBatch& batch, const PackedBatch& p, double factor) {
   const char* buf = static_cast<const char*>(p.data);
+  int64_t bytes = 0;
   for (std::size_t i = 0; i < batch.entries.size(); ++i) {
     auto& e = batch.entries[i];
     const auto n = static_cast<std::size_t>(e.output.num_elements());
+    bytes += static_cast<int64_t>(n * dtype_size(p.dtype));
     const char* src = buf + p.layout.offsets[i];
     if (p.dtype == batch.dtype)
       scale_copy(batch.dtype, src, e.output.data(), n, factor);
@@ -46,6 +66,7 @@ void HostMemory::unpack(OpBatch& batch, const PackedBatch& p, double factor) {
       decompress_copy(p.dtype, batch.dtype, reinterpret_cast<const uint16_t*>(src), e.output.data(),
                       n, factor);
   }
+  g_unpacked_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 }  // namespace hvd::ops

@@ -6,6 +6,11 @@
 // common/dtype_math.h). Under HVD_COMPRESSION the batch is packed as 16-bit values
 // (compress_copy: the prescale folded into the cast, rounded once) and unpacked with
 // decompress_copy (the factor folded in). Padding (parts > 1) is filled with zeros.
+//
+// Every pack() and unpack() adds the bytes it copied to process-wide counters
+// (fusion_copy_counts()): the round trip through the fusion buffer that a batch of one tensor
+// reduced directly does not make, observable by tests. The background thread adds, any thread
+// reads (relaxed atomics: totals, not an ordering).
 
 #include <cstdint>
 
@@ -15,6 +20,15 @@
 #include "ops/fusion_buffer.h"
 
 namespace hvd::ops {
+
+// Bytes copied into and out of host fusion buffers by this process since it started (every
+// HostMemory: the flat and hierarchical MPI all-reduces, the host-staged GPU path).
+struct FusionCopyCounts {
+  int64_t packed_bytes = 0;    // written into a buffer by pack(), padding included
+  int64_t unpacked_bytes = 0;  // read out of a buffer by unpack()
+  int64_t batches = 0;         // pack() calls
+};
+FusionCopyCounts fusion_copy_counts();
 
 class HostMemory {
  public:

@@ -12,6 +12,9 @@
 // a second table compares them. Every timed loop also records what the process wrote to files and
 // sockets (/proc/self/io wchar): with Open MPI's TCP transport (--mca btl self,tcp) that is the
 // bytes each rank sends, headers included; on shared memory it stays near 0.
+// --placement in (or both) measures rows in place: hvd's allreduce_async(buf, buf) against
+// MPI_Allreduce(MPI_IN_PLACE, buf); each timed iteration then reduces the previous one's result,
+// so the check runs on one more iteration from freshly filled inputs (measure_row()).
 #include <mpi.h>
 #include <unistd.h>
 
@@ -42,6 +45,7 @@ struct Case {
   ReduceOp op;
   int64_t count;  // elements per tensor
   int64_t bytes;  // count * element size
+  bool in_place;  // input == output (hvd: allreduce_async(buf, buf); MPI: MPI_IN_PLACE)
 };
 
 // Per-rank results of one side of one row; combined over ranks before printing.
@@ -57,14 +61,19 @@ struct Row {
   std::vector<Measure> by_compression;  // --compression: one per value; hvd is the first
 };
 
-// K inputs, K outputs and (for the fused baseline) one buffer for all of them.
+// K inputs, K outputs (the inputs themselves in place) and (for the fused baseline) one buffer for
+// all of them.
 struct Buffers {
   Buffers(const Case& c, int k, bool with_fused) : c_(c) {
     for (int i = 0; i < k; ++i) {
       in_store_.emplace_back(c.bytes);
-      out_store_.emplace_back(c.bytes);
       in.push_back(in_store_.back().data());
-      out.push_back(out_store_.back().data());
+      if (c.in_place) {
+        out.push_back(in.back());
+      } else {
+        out_store_.emplace_back(c.bytes);
+        out.push_back(out_store_.back().data());
+      }
     }
     if (with_fused) fused.resize(static_cast<std::size_t>(c.bytes) * k);
   }
@@ -73,11 +82,12 @@ struct Buffers {
       fill_input(c_.op, c_.dtype, rank, nranks, k * c_.count, in[k], c_.count);
   }
   // 0xFF bytes: NaN for floating types, -1 or 255 for integers; an operation that writes nothing
-  // leaves values the check counts as wrong.
+  // leaves values the check counts as wrong. In place there are no separate outputs.
   void poison_outputs() {
     for (auto& o : out_store_)
       if (!o.empty()) std::memset(o.data(), 0xFF, o.size());
   }
+  bool in_place() const { return c_.in_place; }
   int64_t count_wrong_outputs(int nranks) const {
     int64_t wrong = 0;
     for (std::size_t k = 0; k < out.size(); ++k)
@@ -123,6 +133,27 @@ double time_loop(const Options& o, Once&& once, Barrier&& barrier, double* wrote
   return t;
 }
 
+// One side of one row: inputs filled, outputs poisoned, time_loop(), and outputs left holding a
+// result the check can expect. Out of place that is the last timed iteration's (the inputs never
+// change). In place every iteration reduces the previous one's result (as a trainer's gradient
+// buffers are, and as Horovod's in-place path is timed): values grow or wrap, which costs MPI and
+// hvd the same, so the timed loop runs on them as they come; afterwards the inputs are filled
+// again and reduced once more, untimed, and that result is checked.
+template <class Once, class Barrier>
+Measure measure_row(const Options& o, Buffers& b, int rank, int nranks, Once&& once,
+                    Barrier&& barrier) {
+  Measure m;
+  b.fill_inputs(rank, nranks);
+  b.poison_outputs();
+  m.time_us = time_loop(o, once, barrier, &m.wrote);
+  if (b.in_place()) {
+    b.fill_inputs(rank, nranks);
+    barrier();
+    once();
+  }
+  return m;
+}
+
 std::vector<Case> make_cases(const Options& o) {
   std::vector<Case> cases;
   for (DataType t : o.dtypes) {
@@ -133,7 +164,9 @@ std::vector<Case> make_cases(const Options& o) {
         const int64_t count = bytes / static_cast<int64_t>(hvd::dtype_size(t));
         if (count == last_count) continue;
         last_count = count;
-        cases.push_back({t, op, count, count * static_cast<int64_t>(hvd::dtype_size(t))});
+        const int64_t b = count * static_cast<int64_t>(hvd::dtype_size(t));
+        if (o.out_of_place) cases.push_back({t, op, count, b, false});
+        if (o.in_place) cases.push_back({t, op, count, b, true});
       }
     }
   }
@@ -147,17 +180,13 @@ void run_baselines(const Options& o, int rank, int nranks, std::vector<Row>& row
   for (Row& row : rows) {
     const Case& c = row.c;
     Buffers b(c, o.tensors, o.tensors > 1);
-    b.fill_inputs(rank, nranks);
-    b.poison_outputs();
-    row.unfused.time_us = time_loop(
-        o, [&] { mpi.run_unfused(c.dtype, c.op, b.in, b.out, c.count); }, barrier,
-        &row.unfused.wrote);
+    row.unfused = measure_row(
+        o, b, rank, nranks, [&] { mpi.run_unfused(c.dtype, c.op, b.in, b.out, c.count); }, barrier);
     row.unfused.wrong = b.count_wrong_outputs(nranks);
     if (o.tensors > 1) {
-      b.poison_outputs();
-      row.fused.time_us = time_loop(
-          o, [&] { mpi.run_fused(c.dtype, c.op, b.in, b.out, c.count, b.fused.data()); }, barrier,
-          &row.fused.wrote);
+      row.fused = measure_row(
+          o, b, rank, nranks,
+          [&] { mpi.run_fused(c.dtype, c.op, b.in, b.out, c.count, b.fused.data()); }, barrier);
       row.fused.wrong = b.count_wrong_outputs(nranks);
     }
   }
@@ -171,15 +200,14 @@ void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows, std
   for (Row& row : rows) {
     const Case& c = row.c;
     Buffers b(c, o.tensors, false);
-    b.fill_inputs(rank, nranks);
-    b.poison_outputs();
     std::vector<hvd::TensorRef> ins, outs;
     std::vector<std::string> names;
     for (int k = 0; k < o.tensors; ++k) {
       ins.emplace_back(b.in[k], c.dtype, std::vector<int64_t>{c.count});
       outs.emplace_back(b.out[k], c.dtype, std::vector<int64_t>{c.count});
       names.push_back(std::string("allreduce_bench.") + type_name(c.dtype) + "." + op_name(c.op) +
-                      "." + std::to_string(c.bytes) + "." + std::to_string(k));
+                      "." + std::to_string(c.bytes) + (c.in_place ? ".in." : ".") +
+                      std::to_string(k));
     }
     std::vector<hvd::Handle> handles(o.tensors);
     auto once = [&] {
@@ -188,7 +216,7 @@ void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows, std
       for (hvd::Handle& h : handles) h.wait();
     };
     Measure& m = row.by_compression.at(slot);
-    m.time_us = time_loop(o, once, barrier, &m.wrote);
+    m = measure_row(o, b, rank, nranks, once, barrier);
     if (o.inject_wrong && rank == 0 && c.count > 0)
       store(c.dtype, b.out[0], 0, load(c.dtype, b.out[0], 0) + 1);
     m.wrong = b.count_wrong_outputs(nranks);
@@ -235,6 +263,14 @@ void print_measure(const Measure& m, double bytes, int nranks) {
               static_cast<long long>(m.wrong));
 }
 
+// The last column of a table row with --placement in or both: "out" (in -> out) or "in" (in
+// place); absent otherwise, so that the default table keeps its columns. Ends the line.
+void end_row(const Options& o, const char* place) {
+  if (o.in_place) std::printf("  %5s", place);
+  std::printf("\n");
+}
+const char* place_name(const Case& c) { return c.in_place ? "in" : "out"; }
+
 double ratio(const Measure& a, const Measure& b) {
   return b.time_us > 0 ? a.time_us / b.time_us : 0;
 }
@@ -254,6 +290,9 @@ void print_header(const Options& o, int nranks) {
     if (const char* v = std::getenv(var)) std::printf("  %s=%s", var, v);
   }
   std::printf("\n");
+  if (o.in_place)
+    std::printf("# place in: hvd allreduce_async(buf, buf), MPI_Allreduce(MPI_IN_PLACE, buf)%s\n",
+                o.tensors > 1 ? ", hand-fused copies buf in and back" : "");
   if (nranks > 21) std::printf("# note: beyond 21 ranks int8 sums overflow and count as wrong\n");
 }
 
@@ -291,7 +330,11 @@ void print_table(const Options& o, const std::vector<Row>& rows, int nranks) {
   for (int s = 0; s < sides; ++s) {
     std::printf("  %10s %11s %11s %6s", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   }
-  std::printf(fused ? "  %11s %9s\n" : "  %9s\n", fused ? "hvd/unfused" : "hvd/MPI", "hvd/fused");
+  if (fused)
+    std::printf("  %11s %9s", "hvd/unfused", "hvd/fused");
+  else
+    std::printf("  %9s", "hvd/MPI");
+  end_row(o, "place");
 
   double hvd_busbw = 0, mpi_busbw = 0;
   int64_t wrong_hvd = 0, wrong_mpi = 0;
@@ -304,7 +347,7 @@ void print_table(const Options& o, const std::vector<Row>& rows, int nranks) {
     if (fused) print_measure(r.fused, bytes, nranks);
     std::printf(fused ? "  %11.3f" : "  %9.3f", ratio(r.hvd, r.unfused));
     if (fused) std::printf(" %9.3f", ratio(r.hvd, r.fused));
-    std::printf("\n");
+    end_row(o, place_name(r.c));
     const double factor = 2.0 * (nranks - 1) / nranks / 1e9 * 1e6;
     if (r.hvd.time_us > 0) hvd_busbw += bytes / r.hvd.time_us * factor;
     if (r.unfused.time_us > 0) mpi_busbw += bytes / r.unfused.time_us * factor;
@@ -328,23 +371,26 @@ void print_compression_table(const Options& o, const std::vector<Row>& rows) {
       "sends,\n"
       "# headers included; about 0 on shared memory); ratios relative to '%s'\n",
       o.compressions.front().c_str());
-  std::printf("# %10s %9s %6s %14s  %12s %9s  %12s %9s %6s\n", "size(B)", "type", "redop",
+  std::printf("# %10s %9s %6s %14s  %12s %9s  %12s %9s %6s", "size(B)", "type", "redop",
               "compression", "time(us)", "time/1st", "wrote(B)", "wrote/1st", "#wrong");
+  end_row(o, "place");
   for (const Row& r : rows) {
     const Measure& first = r.by_compression.front();
     auto rel = [](double a, double b) { return b > 0 ? a / b : 0.0; };
     for (std::size_t k = 0; k < o.compressions.size(); ++k) {
       const Measure& m = r.by_compression[k];
-      std::printf("  %10lld %9s %6s %14s  %12.2f %9.3f  %12.0f %9.3f %6lld\n",
+      std::printf("  %10lld %9s %6s %14s  %12.2f %9.3f  %12.0f %9.3f %6lld",
                   static_cast<long long>(r.c.bytes), type_name(r.c.dtype), op_name(r.c.op),
                   o.compressions[k].c_str(), m.time_us, rel(m.time_us, first.time_us), m.wrote,
                   rel(m.wrote, first.wrote), static_cast<long long>(m.wrong));
+      end_row(o, place_name(r.c));
     }
-    std::printf("  %10lld %9s %6s %14s  %12.2f %9.3f  %12.0f %9.3f %6lld\n",
+    std::printf("  %10lld %9s %6s %14s  %12.2f %9.3f  %12.0f %9.3f %6lld",
                 static_cast<long long>(r.c.bytes), type_name(r.c.dtype), op_name(r.c.op),
                 "MPI_Allreduce", r.unfused.time_us, rel(r.unfused.time_us, first.time_us),
                 r.unfused.wrote, rel(r.unfused.wrote, first.wrote),
                 static_cast<long long>(r.unfused.wrong));
+    end_row(o, place_name(r.c));
   }
   std::printf("#\n");
   std::fflush(stdout);

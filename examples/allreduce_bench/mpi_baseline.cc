@@ -136,7 +136,8 @@ void MpiBaseline::run_unfused(DataType dtype, ReduceOp op, const std::vector<voi
   const MPI_Datatype type = mpi_type(dtype);
   const MPI_Op mop = mpi_op(dtype, op);
   for (std::size_t k = 0; k < in.size(); ++k) {
-    check_mpi(MPI_Allreduce(in[k], out[k], n, type, mop, comm_), "MPI_Allreduce");
+    const void* send = in[k] == out[k] ? MPI_IN_PLACE : in[k];
+    check_mpi(MPI_Allreduce(send, out[k], n, type, mop, comm_), "MPI_Allreduce");
     if (op == ReduceOp::kAverage) divide(dtype, out[k], count, size_);
   }
 }

@@ -1,7 +1,8 @@
 #pragma once
 
 // The raw-MPI baselines hvd is measured against, on the same data as hvd:
-//   unfused: one MPI_Allreduce per tensor (what a trainer without hvd's fusion would do);
+//   unfused: one MPI_Allreduce per tensor (what a trainer without hvd's fusion would do), in place
+//            (MPI_IN_PLACE) when a tensor's input and output are the same buffer;
 //   fused:   the K tensors copied into one buffer, one in-place MPI_Allreduce, copied back out
 //            (what hand-written fusion would do; hvd's fusion buffer does the same work).
 // avg is MPI_SUM followed by a division pass, as hvd must also do (MPI has no average).
@@ -27,7 +28,8 @@ class MpiBaseline {
   MpiBaseline(const MpiBaseline&) = delete;
   MpiBaseline& operator=(const MpiBaseline&) = delete;
 
-  // out[k] = reduce over ranks of in[k], k < in.size(), each of `count` elements.
+  // out[k] = reduce over ranks of in[k], k < in.size(), each of `count` elements; in[k] == out[k]
+  // reduces in place (MPI_IN_PLACE).
   void run_unfused(hvd::DataType dtype, hvd::ReduceOp op, const std::vector<void*>& in,
                    const std::vector<void*>& out, int64_t count) const;
   // The same result through one call on `fused` (in.size() * count elements).

@@ -128,6 +128,13 @@ Options parse_options(int argc, char** argv) {
         if (comma == std::string::npos) break;
         rest = rest.substr(comma + 1);
       }
+    } else if (flag == "--placement") {
+      if (value != "out" && value != "in" && value != "both")
+        throw std::invalid_argument(flag + " '" + value +
+                                    "' is not a placement: use out (in -> out), in (in place, "
+                                    "input == output) or both");
+      o.out_of_place = value != "in";
+      o.in_place = value != "out";
     } else if (flag == "--tensors") {
       o.tensors = static_cast<int>(parse_int(flag, value, 1, 1 << 20));
     } else {
@@ -145,7 +152,7 @@ std::string usage(const char* program) {
   return std::string("usage: mpirun -np N ") + program +
          " [-b minbytes] [-e maxbytes] [-f stepfactor] [-d datatype] [-o op]\n"
          "          [-n iters] [-w warmup_iters] [--tensors K] [--inject-wrong]\n"
-         "          [--compression none,fp16,bf16]\n"
+         "          [--compression none,fp16,bf16] [--placement out|in|both]\n"
          "  -b, --minbytes SIZE      smallest message per tensor (default 32M; K/M/G suffixes)\n"
          "  -e, --maxbytes SIZE      largest message per tensor (default 32M)\n"
          "  -f, --stepfactor N       multiply the size by N between rows (default 2)\n"
@@ -162,6 +169,9 @@ std::string usage(const char* program) {
          "                           fp16, bf16, comma-separated), in this process; adds a table\n"
          "                           of times and bytes written to sockets, relative to the first\n"
          "                           (default: once, HVD_COMPRESSION as in the environment)\n"
+         "      --placement P        out: in -> out, the inputs stay (default); in: in place, the\n"
+         "                           result overwrites the input (hvd with input == output, MPI\n"
+         "                           with MPI_IN_PLACE); both: each row both ways\n"
          "Exit status: 0 all values right, 1 some value wrong, 2 bad usage, 3 hvd or MPI error.\n";
 }
 

@@ -8,6 +8,7 @@
 //   --tensors K         K tensors of the size per iteration (async, then waited on)
 //   --inject-wrong      corrupt one value of hvd's result on rank 0 (tests the checker)
 //   --compression LIST  run hvd once per HVD_COMPRESSION value (none,fp16,bf16) in this process
+//   --placement P       out (in -> out), in (in place: input == output) or both
 // SIZE is a byte count with an optional K, M or G suffix (powers of 1024).
 
 #include <cstdint>
@@ -27,6 +28,10 @@ struct Options {
   int iters = 20;
   int warmup = 5;
   int tensors = 1;
+  // --placement: each row out of place (allreduce_async(in, out), MPI_Allreduce(in, out)) and/or
+  // in place (allreduce_async(buf, buf), MPI_Allreduce(MPI_IN_PLACE, buf)); at least one is true.
+  bool out_of_place = true;
+  bool in_place = false;
   bool inject_wrong = false;
   // --compression: HVD_COMPRESSION values, hvd measured once per value (init/shutdown in between);
   // empty: once, with the environment as it is.

@@ -5,7 +5,8 @@
 // (the FusionBuffer's fusion_layout, alignment 1), prescale/postscale, the average over the
 // contributors, zero-size and odd sizes, every dtype, the 16-bit packing of HVD_COMPRESSION with
 // its zero padding, a backend that folds part of the post factor into its reduction, and the
-// timeline phases. Also the small helpers of ops/collective_op.h (row_bytes, check_device).
+// timeline phases, and the fusion-buffer copy counters (none for a lone tensor). Also the small
+// helpers of ops/collective_op.h (row_bytes, check_device).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -312,6 +313,51 @@ TEST(FusedAllreduce, TimelinePhasesAroundTheCopies) {
   EXPECT_EQ(phases,
             (std::vector<std::string>{"+MEMCPY_IN_FUSION_BUFFER", "-MEMCPY_IN_FUSION_BUFFER",
                                       "+MEMCPY_OUT_FUSION_BUFFER", "-MEMCPY_OUT_FUSION_BUFFER"}));
+}
+
+// The fusion-buffer copy counters (fusion_copy_counts()): a lone tensor, in place or not, scaled
+// or not, adds nothing; a fused batch adds its packed and unpacked bytes; a compressed lone tensor
+// (which needs the 16-bit buffer) adds its 16-bit bytes.
+TEST(FusedAllreduce, CopyCountersSeeOnlyTheFusionBufferRoundTrip) {
+  FusionBuffer buffer;
+  FakeAllreduce op(buffer);
+  auto run = [&](Tensors& t, double prescale, double postscale) {
+    const FusionCopyCounts before = fusion_copy_counts();
+    OpBatch b = t.batch(ReduceOp::kAverage, prescale, postscale, 2);
+    op.execute(b);
+    const FusionCopyCounts after = fusion_copy_counts();
+    return FusionCopyCounts{after.packed_bytes - before.packed_bytes,
+                            after.unpacked_bytes - before.unpacked_bytes,
+                            after.batches - before.batches};
+  };
+  for (bool in_place : {false, true}) {
+    for (double prescale : {1.0, 3.0}) {
+      SCOPED_TRACE(std::string(in_place ? "in place" : "out of place") + ", prescale " +
+                   std::to_string(prescale));
+      Tensors t(DataType::kFloat32, {1001}, in_place);
+      const FusionCopyCounts d = run(t, prescale, 0.5);
+      EXPECT_EQ(d.packed_bytes, 0);
+      EXPECT_EQ(d.unpacked_bytes, 0);
+      EXPECT_EQ(d.batches, 0);
+      expect_results(t, {1001}, prescale * 0.5, "average of 2 contributors");
+    }
+  }
+  Tensors two(DataType::kFloat64, {5, 6}, false);
+  const FusionCopyCounts fused = run(two, 1.0, 1.0);
+  EXPECT_EQ(fused.packed_bytes, 11 * 8);
+  EXPECT_EQ(fused.unpacked_bytes, 11 * 8);
+  EXPECT_EQ(fused.batches, 1);
+  expect_results(two, {5, 6}, 1.0, "fused average");
+
+  op.pack_as_wire = true;
+  op.packed_as = DataType::kFloat16;
+  op.parts_of = 4;  // 7 fp16 values padded to 8
+  Tensors compressed(DataType::kFloat32, {7}, true);
+  const FusionCopyCounts c = run(compressed, 1.0, 1.0);
+  EXPECT_EQ(c.packed_bytes, 8 * 2);
+  EXPECT_EQ(c.unpacked_bytes, 7 * 2);
+  EXPECT_EQ(c.batches, 1);
+  expect_results(compressed, {7}, 1.0, "compressed average");
 }
 
 TEST(CollectiveOpHelpers, RowBytes) {
