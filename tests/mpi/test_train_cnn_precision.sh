@@ -21,6 +21,12 @@
 #                      skipped steps, and the final weights must equal those of the same run on one
 #                      rank with the same global batch to 1e-2 (measured 2.9e-3 to 4.2e-3 on 2-4
 #                      ranks; a step skipped on one side only differs by 3.1e-2).
+#   MODE resume        NP ranks, fp16, 2 epochs of a small synthetic set, the dynamic scale growing
+#                      every 5 good steps with injected overflows at step 7 and 5 steps after the
+#                      stop: a run stopped by --max-steps in the middle of the second epoch and
+#                      resumed must end with bitwise the weights and the same
+#                      final loss scale as the uninterrupted run (the scale and its count of good
+#                      steps travel in the checkpoint).
 #   MODE errors        bad --precision values and flag combinations, a malformed test hook: a
 #                      non-zero exit within 60 s and the message from every rank.
 # COMPARE is test_train_cnn_compare (A B TOLERANCE|bitwise).
@@ -100,6 +106,28 @@ case "$mode" in
     "$compare" one.bin many.bin 1e-2 ||
       fail "$np ranks with a rank-local overflow end with other weights than 1 rank skipping the same steps"
     echo "PASS: a rank-local overflow skipped steps 4 and 9 on all $np ranks, the scale halved alike"
+    ;;
+
+  resume)
+    common=(--synthetic --synthetic-size 1024 --epochs 2 --seed 5 --lr 0.01 --test-limit 0
+      --metrics-csv none --batch-size 16 --precision fp16 --loss-scale-init 1024
+      --loss-scale-window 5)
+    per_epoch=$((1024 / (16 * np)))
+    stop=$((per_epoch + per_epoch / 2 + 1))
+    export TRAIN_CNN_TEST_OVERFLOW="$((np - 1)):7,0:$((stop + 5))"
+    mpi "$np" "${common[@]}" --checkpoint-dir ck_a --dump-weights a.bin >a.log 2>&1 ||
+      { cat a.log; fail "the uninterrupted run failed"; }
+    mpi "$np" "${common[@]}" --checkpoint-dir ck_c --max-steps $stop >c1.log 2>&1 ||
+      { cat c1.log; fail "the run stopped by --max-steps failed"; }
+    mpi "$np" "${common[@]}" --checkpoint-dir ck_c --resume --dump-weights c.bin >c2.log 2>&1 ||
+      { cat c2.log; fail "the resumed run failed"; }
+    grep -q "resumed from .*(step $stop," c2.log || { cat c2.log; fail "the run did not resume from step $stop"; }
+    want=$(grep -o 'loss scale now [0-9.e+]*' a.log)
+    got=$(grep -o 'loss scale now [0-9.e+]*' c2.log)
+    echo "uninterrupted: $want; resumed: $got"
+    [[ -n $want && $want == "$got" ]] || { cat a.log c2.log; fail "the resumed run ends with another loss scale"; }
+    "$compare" a.bin c.bin bitwise || fail "the resumed fp16 run ends with other weights than the uninterrupted one"
+    echo "PASS: fp16 stopped at step $stop and resumed: bitwise the weights and the loss scale of the uninterrupted run"
     ;;
 
   errors)
