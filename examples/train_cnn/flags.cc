@@ -241,8 +241,8 @@ void validate(Flags& f, const po::variables_map& vm, const std::string& warmup,
   if (f.precision == "fp32")
     for (const char* flag : {"loss-scale", "loss-scale-init", "loss-scale-window"})
       if (!vm[flag].defaulted())
-        bad(std::string("--") + flag + " needs --precision bf16 or fp16: fp32 training does not "
-            "scale the loss.");
+        bad(std::string("--") + flag +
+            " needs --precision bf16 or fp16: fp32 training does not scale the loss.");
   if (f.data_dir.empty())
     bad("--data-dir is empty: give the folder that holds the Fashion-MNIST IDX files.");
   if (f.metrics_csv.empty())
@@ -262,7 +262,7 @@ ParsedFlags parse_flags(int argc, const char* const* argv) {
   ParsedFlags out;
   Flags& f = out.flags;
   f.data_dir = data::kDefaultFashionMnistDir;
-  std::string warmup;  // --warmup-steps: "auto" or a whole number
+  std::string warmup;      // --warmup-steps: "auto" or a whole number
   std::string loss_scale;  // --loss-scale: "dynamic" or a number
 
   po::options_description all(

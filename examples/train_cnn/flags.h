@@ -39,7 +39,7 @@ struct Flags {
   // the loss is scaled: dynamically (from loss_scale_init, x2 after loss_scale_window good steps,
   // /2 after an overflow, whose step every rank skips) or by a fixed static_loss_scale.
   std::string precision = "fp32";
-  double loss_scale_init = 65536;   // --loss-scale dynamic: the first scale
+  double loss_scale_init = 65536;    // --loss-scale dynamic: the first scale
   int64_t loss_scale_window = 2000;  // --loss-scale dynamic: good steps before the scale doubles
   double static_loss_scale = 0;      // --loss-scale N: N; 0: dynamic
   std::string gradient_allreduce = "fp32";  // fp32 | bf16 | fp16: the gradients' all-reduce dtype

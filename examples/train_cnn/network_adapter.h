@@ -52,7 +52,7 @@ class NetworkAdapter final : public Network {
     opt_.reset();
   }
   void set_loss_scale(float scale) override {
-    if constexpr (requires(Model& m) { m.set_loss_scale(scale); }) {
+    if constexpr (requires { net_.set_loss_scale(scale); }) {
       net_.set_loss_scale(scale);
     } else if (scale != 1.0f) {
       throw hvd::InvalidArgumentError(description() +

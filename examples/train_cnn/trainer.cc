@@ -90,8 +90,8 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   so.scale_learning_rate = flags_.lr_scaling;
   so.shuffle_seed = static_cast<uint64_t>(flags_.seed);
   if (flags_.gradient_allreduce != "fp32")
-    so.gradient_dtype = flags_.gradient_allreduce == "bf16" ? hvd::DataType::kBFloat16
-                                                            : hvd::DataType::kFloat16;
+    so.gradient_dtype =
+        flags_.gradient_allreduce == "bf16" ? hvd::DataType::kBFloat16 : hvd::DataType::kFloat16;
   std::string kind = flags_.strategy;
   if (kind == "auto") kind = hvd::cross_size() > 1 ? "multi-worker" : "mirrored";
   try {
