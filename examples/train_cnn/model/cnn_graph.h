@@ -13,11 +13,18 @@
 // own: parameter storage, initialisation, and how the input reaches input().
 //
 // Recomputation (ModelOptions::recompute, model/recompute.h): the graph is three blocks (conv1,
-// conv2, fc); a recomputed block keeps only its input and output, its inner activation (the
-// conv/ReLU or fc1/ReLU output) lives in a scratch buffer shared by the recomputed blocks, and
-// backward() re-runs the block's conv/fc + ReLU just before the block's backward. The gradients
-// are bitwise the same; the activation memory held at once falls (activation_memory(), counted by
-// an ActivationLedger, model/activation_ledger.h, as the graph runs).
+// conv2, fc); a recomputed block keeps only its input and output and backward() re-runs the
+// block's conv/fc + ReLU just before the block's backward. The gradients are bitwise the same;
+// the activation memory held at once falls (activation_memory(), counted by an ActivationLedger,
+// model/activation_ledger.h, as the graph runs).
+//
+// The blocks' inner activations (a1, a2, h: the conv/ReLU and fc1/ReLU outputs) share one buffer
+// used as a stack, since their lifetimes nest: a kept one lives from its block's forward to its
+// block's backward, and the blocks' backward passes run in reverse order; a recomputed one lives
+// only while its block runs, once in each pass. So each takes the place above the kept ones of the
+// blocks before it: a kept one pushes, a recomputed one only borrows the top. Kept everywhere, that
+// is a1, a2, h back to back (the memory of separate buffers); with conv1 recomputed, a2 and h
+// reuse a1's place, so the buffer shrinks to the largest of a1 and a2 + h.
 //
 // A layer set L provides
 //   types   Conv, Pool, Dense, Relu, Loss (the layers), Buffer (owning storage of floats with
@@ -38,6 +45,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "hvd/error.h"
@@ -62,7 +70,7 @@ struct ModelOptions {
   int hidden = 512;
   int num_classes = 10;
   int blas_threads = 1;  // CPU model: applied to OpenBLAS by the constructor; 0 leaves it as it is
-  RecomputeBlocks recompute;  // blocks recomputed during backward (model/recompute.h); none
+  RecomputeBlocks recompute = {};  // blocks recomputed during backward (model/recompute.h)
   // CPU model: the 16-bit storage it emulates (model/precision.h); the cuDNN model: fp32 only.
   Precision precision = Precision::kFp32;
 };
@@ -166,7 +174,19 @@ class CnnGraph {
         relu3_(layers.relu(o.hidden, 1, 1)),
         fc2_(layers.dense({.in_features = o.hidden, .out_features = o.num_classes})),
         loss_(layers.loss(o.num_classes)),
-        recompute_(o.recompute) {}
+        recompute_(o.recompute) {
+    // The inner activations' places on the stack, in floats per image (see the file comment).
+    int64_t top = 0;
+    auto place = [&](int64_t per_sample, bool recomputed) {
+      const int64_t at = top;
+      inner_.per_sample = std::max(inner_.per_sample, at + per_sample);
+      if (!recomputed) top += per_sample;
+      return at;
+    };
+    inner_.a1_at = place(conv1_.output_size(), recompute_.conv1);
+    inner_.a2_at = place(conv2_.output_size(), recompute_.conv2);
+    inner_.h_at = place(fc1_.out_features(), recompute_.fc);
+  }
 
   CnnGraph(const CnnGraph&) = delete;
   CnnGraph& operator=(const CnnGraph&) = delete;
@@ -196,21 +216,13 @@ class CnnGraph {
       b.resize(static_cast<size_t>(batch) * static_cast<size_t>(per_sample));
     };
     grow(input_, conv1_.input_size());
-    // A recomputed block's inner activation lives in scratch_, sized for the largest of them.
-    if (!recompute_.conv1) grow(a1_, conv1_.output_size());
+    grow(inner_.buffer, inner_.per_sample);  // a1, a2, h (the stack of the file comment)
     grow(d_a1_, conv1_.output_size());
     for (auto* b : {&p1_, &d_p1_}) grow(*b, pool1_.output_size());
-    if (!recompute_.conv2) grow(a2_, conv2_.output_size());
     grow(d_a2_, conv2_.output_size());
     for (auto* b : {&p2_, &d_p2_}) grow(*b, pool2_.output_size());
-    if (!recompute_.fc) grow(h_, fc1_.out_features());
     grow(d_h_, fc1_.out_features());
     for (auto* b : {&logits_, &d_logits_}) grow(*b, fc2_.out_features());
-    int64_t scratch = 0;
-    if (recompute_.conv1) scratch = std::max(scratch, conv1_.output_size());
-    if (recompute_.conv2) scratch = std::max(scratch, conv2_.output_size());
-    if (recompute_.fc) scratch = std::max(scratch, int64_t{fc1_.out_features()});
-    if (scratch > 0) grow(scratch_, scratch);
     capacity_ = batch;
   }
 
@@ -292,11 +304,11 @@ class CnnGraph {
 
   // The activation memory of the last step as the ledger counted it (the input images, the
   // conv/ReLU, pooling, hidden and logit activations; not the layers' own state such as the CPU
-  // pooling's winner indices, nor the gradient buffers), and the bytes the activation buffers
-  // (scratch included) have allocated.
+  // pooling's winner indices, nor the gradient buffers), and the bytes the activation buffers have
+  // allocated.
   ActivationMemory activation_memory() const {
     int64_t reserved = 0;
-    for (const auto* b : {&input_, &a1_, &p1_, &a2_, &p2_, &h_, &logits_, &scratch_})
+    for (const auto* b : {&input_, &p1_, &p2_, &logits_, &inner_.buffer})
       reserved += static_cast<int64_t>(b->size() * sizeof(float));
     return {.peak_bytes = ledger_.peak_bytes(),
             .held_bytes = ledger_.held_bytes(),
@@ -320,15 +332,21 @@ class CnnGraph {
     auto v = [&](typename L::Buffer& b, int64_t per_sample) {
       return L::view(b, floats(per_sample, batch));
     };
-    // A recomputed block's inner activation: the shared scratch.
-    auto inner = [&](typename L::Buffer& own, bool recomputed, int64_t per_sample) {
-      return v(recomputed ? scratch_ : own, per_sample);
+    // An inner activation: per_sample floats per image from place at (per image) of inner_.
+    auto inner = [&](int64_t at, int64_t per_sample) {
+      const size_t offset = floats(at, batch);
+      const View all = L::view(inner_.buffer, offset + floats(per_sample, batch));
+      if constexpr (std::is_pointer_v<View>) {
+        return all + offset;
+      } else {
+        return all.subspan(offset);
+      }
     };
-    return {inner(a1_, recompute_.conv1, conv1_.output_size()),
+    return {inner(inner_.a1_at, conv1_.output_size()),
             v(p1_, pool1_.output_size()),
-            inner(a2_, recompute_.conv2, conv2_.output_size()),
+            inner(inner_.a2_at, conv2_.output_size()),
             v(p2_, pool2_.output_size()),
-            inner(h_, recompute_.fc, fc1_.out_features()),
+            inner(inner_.h_at, fc1_.out_features()),
             v(logits_, fc2_.out_features()),
             v(d_a1_, conv1_.output_size()),
             v(d_p1_, pool1_.output_size()),
@@ -376,9 +394,13 @@ class CnnGraph {
   int batch_ = -1;
   int capacity_ = 0;
   ConstView images_{};  // the last forward()'s input
-  // Activations [capacity, ...] (ReLU in place on a1, a2, h; those of recomputed blocks unused, in
-  // scratch_ instead) and gradient scratch.
-  typename L::Buffer input_, a1_, p1_, a2_, p2_, h_, logits_, scratch_;
+  // Activations [capacity, ...] (ReLU in place on a1, a2, h) and gradient scratch.
+  typename L::Buffer input_, p1_, p2_, logits_;
+  struct {
+    typename L::Buffer buffer;  // [capacity, per_sample]
+    int64_t per_sample = 0;
+    int64_t a1_at = 0, a2_at = 0, h_at = 0;  // floats per image below each activation's place
+  } inner_;
   typename L::Buffer d_logits_, d_h_, d_p2_, d_a2_, d_p1_, d_a1_;
 };
 
