@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "comm/control_tree.h"
@@ -124,6 +125,20 @@ MpiControlChannel::MpiControlChannel(MPI_Comm comm, ControlTopology topology)
     : comm_(comm), topology_(topology) {
   MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  // Ranks that run different shapes never meet (each waits on tags the other does not send, and
+  // the deadlines would find every rank alive: a hang). Compare once, here, on every rank.
+  int mine[2] = {static_cast<int>(topology_), rank_}, lo[2] = {0, 0}, hi[2] = {0, 0};
+  MPI_CHECK(MPI_Allreduce(mine, lo, 1, MPI_2INT, MPI_MINLOC, comm_));
+  MPI_CHECK(MPI_Allreduce(mine, hi, 1, MPI_2INT, MPI_MAXLOC, comm_));
+  if (lo[0] != hi[0]) {
+    auto name = [](int t) {
+      return t == static_cast<int>(ControlTopology::kStar) ? "star" : "tree";
+    };
+    throw InvalidArgumentError(
+        "HVD_CONTROL_TOPOLOGY differs between ranks: rank " + std::to_string(lo[1]) + " has '" +
+        name(lo[0]) + "', rank " + std::to_string(hi[1]) + " has '" + name(hi[0]) +
+        "'. Give every rank the same value (mpirun -x HVD_CONTROL_TOPOLOGY).");
+  }
   if (topology_ == ControlTopology::kTree) {
     children_ = tree_children(rank_, size_);
     parent_ = tree_parent(rank_);

@@ -61,6 +61,8 @@ struct ControlCounters {
 
 class MpiControlChannel : public ControlChannel {
  public:
+  // Collective over `comm`: checks that every rank passed the same topology (InvalidArgumentError
+  // on every rank, naming two that differ, otherwise).
   explicit MpiControlChannel(MPI_Comm comm, ControlTopology topology = ControlTopology::kTree);
 
   int rank() const override { return rank_; }

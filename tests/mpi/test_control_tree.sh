@@ -10,6 +10,9 @@
 #  slow: RANK's background thread pauses 7 s with a 2 s peer timeout; the job must finish with
 #        every rank OK, nobody lost, and a warning that RANK (alone or with the ranks below it in
 #        the tree, whose bits travel through it) is alive but slow.
+#  mismatch: RANK runs the star and every other rank the tree: init() must fail at once (not hang)
+#        with the error naming RANK's value and another rank's (every rank throws it; the first to
+#        end makes mpirun end the others, so at least one printed message is required).
 set -u
 MPIEXEC=$1 NP=$2 LOST_PROG=$3 SLOW_PROG=$4 MODE=$5 RANK=$6
 out=$(mktemp)
@@ -17,7 +20,14 @@ trap 'rm -f "$out"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 echo "HVD_CONTROL_TOPOLOGY=${HVD_CONTROL_TOPOLOGY:-tree (default)} np=$NP mode=$MODE rank=$RANK"
 start=$(date +%s%N)
-if [[ $MODE == slow ]]; then
+if [[ $MODE == mismatch ]]; then
+  ctx=()
+  for ((r = 0; r < NP; r++)); do
+    ((r)) && ctx+=(:)
+    ctx+=(-np 1 -x "HVD_CONTROL_TOPOLOGY=$([[ $r -eq $RANK ]] && echo star || echo tree)" "$SLOW_PROG")
+  done
+  timeout 60 "$MPIEXEC" --oversubscribe --bind-to none "${ctx[@]}" >"$out" 2>&1
+elif [[ $MODE == slow ]]; then
   HVD_PEER_TIMEOUT_SECONDS=2 HVD_TEST_PAUSE_BACKGROUND="$RANK:7:50" \
     timeout 120 "$MPIEXEC" --oversubscribe --bind-to none -np "$NP" "$SLOW_PROG" >"$out" 2>&1
 else
@@ -54,6 +64,13 @@ case $MODE in
       done
     fi
     echo "PASS: ended with rc=$rc after ${ms} ms naming rank $RANK"
+    ;;
+  mismatch)
+    [[ $rc -ne 0 && $rc -ne 124 ]] || fail "the job exited with $rc (want an error, not success or a hang)"
+    (( ms < 30000 )) || fail "the job took ${ms} ms (limit 30 s)"
+    grep -Eq "HVD_CONTROL_TOPOLOGY differs between ranks: rank $RANK has 'star', rank [0-9]+ has 'tree'\. Give every rank the same value" "$out" ||
+      fail "no error named rank $RANK's 'star' against another rank's 'tree'"
+    echo "PASS: init() failed on mismatched topologies after ${ms} ms"
     ;;
   *) fail "unknown mode $MODE" ;;
 esac
