@@ -161,6 +161,21 @@ TEST(CnnRecompute, SgdStepsWithChangingBatchSizesStayBitwiseEqual) {
   }
 }
 
+TEST(CnnRecompute, EmulatedBf16AndFp16WithALossScaleStayBitwiseEqual) {
+  // --precision rounds the conv and dense outputs (model/precision.h): the recomputed forward
+  // rounds them again, to the same bits.
+  for (cm::Precision p : {cm::Precision::kBf16, cm::Precision::kFp16}) {
+    cm::ModelOptions o = small_options();
+    o.precision = p;
+    cm::Model kept(o), recomputed(with(o, cm::RecomputeBlocks::all()));
+    kept.initialize(61);
+    recomputed.initialize(61);
+    kept.set_loss_scale(1024.0f);
+    recomputed.set_loss_scale(1024.0f);
+    expect_same_step(kept, recomputed, 6, 62, std::string("precision ") + cm::precision_name(p));
+  }
+}
+
 TEST(CnnRecompute, EvaluateAndEmptyBatchesWork) {
   cm::Model kept(small_options()), recomputed(with(small_options(), cm::RecomputeBlocks::all()));
   kept.initialize(5);
