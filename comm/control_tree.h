@@ -40,7 +40,8 @@ inline std::vector<int> tree_subtree(int rank, int size) {
   return out;
 }
 
-// Levels below rank 0 (0 for one rank): ceil(log2 size).
+// The most levels below rank 0 (0 for one rank): ceil(log2 size). A rank's level is its number of
+// set bits, so the bound is reached when size is a power of 2 (rank size - 1).
 inline int tree_depth(int size) {
   int d = 0;
   while ((1L << d) < size) ++d;
