@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
       std::printf("%-9s %14.2f %14.2f %14.2f %16.1f %14.2f\n", name(o.topologies[t]), median(a),
                   median(b), median(c), median(d), median(e));
     }
-    std::printf("tree depth %d; wrong values: %ld: %s\n", hvd::comm::tree_depth(size), wrong,
+    std::printf("tree depth <= %d; wrong values: %ld: %s\n", hvd::comm::tree_depth(size), wrong,
                 wrong == 0 ? "OK" : "FAILED");
   }
   MPI_Comm_free(&comm);
