@@ -23,7 +23,9 @@
 // below min_scale) and the step is skipped; after growth_interval overflow-free steps in a row it
 // grows (x growth_factor, not above max_scale). A static scaler (dynamic = false) keeps its scale
 // and still skips overflowing steps. With the default factors (powers of two) the scaling and
-// unscaling are exact.
+// unscaling are exact. To all-reduce the gradients themselves in 16 bits, set
+// StrategyOptions::gradient_dtype (hvd/strategy.h); an fp16 sum that overflows reaches every rank
+// as Inf and is caught here.
 //
 // Collective: update() and unscale_and_update() are called by every rank at the same step, in the
 // same order as the rank's other collectives with the same name; advance() is local (the schedule
