@@ -72,6 +72,18 @@ const std::vector<ConfigVar>& config_registry() {
        "",
        1,
        ""},
+      {"HVD_SINGLE_RANK_INLINE",
+       ConfigType::kBool,
+       "1",
+       "In a job of one rank, run a CPU tensor's collective on the calling thread at submission: "
+       "nothing to negotiate, no hand-off to the background thread (0: every operation goes "
+       "through the background thread, as with several ranks).",
+       {},
+       0,
+       0,
+       "",
+       1,
+       ""},
       {"HVD_CACHE_CAPACITY",
        ConfigType::kInt,
        "1024",
@@ -328,6 +340,7 @@ Config load_config(const EnvLookup& env) {
   c.cycle_time_ms = get_double("HVD_CYCLE_TIME");
   c.fusion_window_us = get_double("HVD_FUSION_WINDOW");
   c.cache_capacity = get_int("HVD_CACHE_CAPACITY");
+  c.single_rank_inline = get_bool("HVD_SINGLE_RANK_INLINE");
   c.hierarchical_allreduce = get_bool("HVD_HIERARCHICAL_ALLREDUCE");
   c.gpu_operations = get_enum("HVD_GPU_OPERATIONS");
   c.compression = get_enum("HVD_COMPRESSION");

@@ -41,7 +41,8 @@ const ConfigVar* find_config_var(const std::string& name);
 struct Config {
   int64_t fusion_threshold_bytes = 64 << 20;
   double cycle_time_ms = 1.0;
-  double fusion_window_us = 50;  // runtime/runtime.cc: Runtime::loop
+  double fusion_window_us = 50;    // runtime/runtime.cc: Runtime::loop
+  bool single_rank_inline = true;  // runtime/runtime.cc: Runtime::enqueue_one
   int64_t cache_capacity = 1024;
   bool hierarchical_allreduce = false;
   std::string gpu_operations = "NCCL";  // NCCL | MPI

@@ -234,6 +234,29 @@ struct Checks {
            ", but its tensor has " + std::to_string(rows) + " rows in its first dimension.");
   }
 
+  // no_overlap() for one input and one output, without building vectors (the hot path of
+  // allreduce_async): the output may be exactly the input, or share no byte with it.
+  void no_overlap_pair(const TensorRef& in, const TensorRef& out) {
+    if (failed()) return;
+    const int64_t in_bytes = byte_size(in), out_bytes = byte_size(out);
+    if (in_bytes <= 0 || out_bytes <= 0 || !(in.device() == out.device())) return;
+    if (in.data() == out.data() && in_bytes == out_bytes) return;  // in place
+    const auto ib = reinterpret_cast<uintptr_t>(in.data()),
+               ob = reinterpret_cast<uintptr_t>(out.data());
+    const uintptr_t ie = ib + static_cast<uintptr_t>(in_bytes),
+                    oe = ob + static_cast<uintptr_t>(out_bytes);
+    if (oe <= ib || ie <= ob) return;
+    fail(overlap_message("the output", "the input", std::min(oe, ie) - std::max(ob, ib)));
+  }
+
+  static std::string overlap_message(const std::string& out_role, const std::string& in_role,
+                                     uintptr_t common) {
+    return out_role + " overlaps " + in_role + " (" + std::to_string(common) +
+           " bytes in common) without being the same buffer: pass the same buffer as input "
+           "and output for "
+           "an in-place allreduce, or buffers that do not overlap.";
+  }
+
   // Outputs must not overlap each other or any input, except that output i may be exactly input i
   // (in place). Inputs may overlap each other (they are only read). After tensor() of all.
   void no_overlap(const std::vector<TensorRef>& in, const std::vector<TensorRef>& out,
@@ -279,11 +302,7 @@ struct Checks {
       const Span& o = *std::prev(it);
       if (!same_memory(o, s) || o.end <= s.begin) continue;
       const uintptr_t common = std::min(o.end, s.end) - std::max(o.begin, s.begin);
-      return fail(role(true, o.index) + " overlaps " + role(false, j) + " (" +
-                  std::to_string(common) +
-                  " bytes in common) without being the same buffer: pass the same buffer as input "
-                  "and output for "
-                  "an in-place allreduce, or buffers that do not overlap.");
+      return fail(overlap_message(role(true, o.index), role(false, j), common));
     }
   }
 };
@@ -309,25 +328,24 @@ Request make_request(const Runtime& rt, RequestType type, const std::string& nam
   return r;
 }
 
-TensorTableEntry make_entry(RequestType type, const std::string& name, const TensorRef& in,
-                            const TensorRef& out,
+TensorTableEntry make_entry(RequestType type, const std::string& name, TensorRef in, TensorRef out,
                             const std::shared_ptr<detail::HandleState>& state) {
   TensorTableEntry e;
   e.name = name;
   e.type = type;
-  e.input = in;
-  e.output = out;
+  e.input = std::move(in);
+  e.output = std::move(out);
   e.handle = state;
-  e.enqueued = std::chrono::steady_clock::now();
   return e;
 }
 
-Handle submit(Runtime& rt, RequestType type, const std::string& name, const TensorRef& in,
-              const TensorRef& out, Request req) {
+// One tensor's operation (every collective but grouped allreduce): one entry, one request.
+Handle submit(Runtime& rt, RequestType type, const std::string& name, TensorRef in, TensorRef out,
+              Request req, std::vector<int64_t> splits = {}) {
   auto state = std::make_shared<detail::HandleState>(1);
-  std::vector<TensorTableEntry> entries;
-  entries.push_back(make_entry(type, name, in, out, state));
-  return rt.enqueue(std::move(entries), {std::move(req)}, state);
+  TensorTableEntry entry = make_entry(type, name, std::move(in), std::move(out), state);
+  entry.splits = std::move(splits);
+  return rt.enqueue_one(std::move(entry), std::move(req), std::move(state));
 }
 
 // hvd::set_peer_loss_handler(): read when the watchdog declares a peer loss (its own thread).
@@ -400,12 +418,12 @@ Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, Red
   c.on_this_gpu(in);
   c.reduce_op(op);
   c.scales(prescale, postscale);
-  c.no_overlap({in}, {out}, false);
+  c.no_overlap_pair(in, out);
   Request req = make_request(*rt, RequestType::kAllreduce, name, in, std::move(c.error));
   req.reduce_op = op;
   req.prescale = prescale;
   req.postscale = postscale;
-  return submit(*rt, RequestType::kAllreduce, name, in, out, std::move(req));
+  return submit(*rt, RequestType::kAllreduce, name, std::move(in), std::move(out), std::move(req));
 }
 
 Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef> out,
@@ -492,11 +510,7 @@ Handle alltoall_async(TensorRef in, std::vector<int64_t> splits, const std::stri
   c.first_dimension(in, "split");
   c.splits(splits, in, rt->topology().size);
   Request req = make_request(*rt, RequestType::kAlltoall, name, in, std::move(c.error));
-  auto state = std::make_shared<detail::HandleState>(1);
-  std::vector<TensorTableEntry> entries;
-  entries.push_back(make_entry(RequestType::kAlltoall, name, in, in, state));
-  entries.back().splits = std::move(splits);
-  return rt->enqueue(std::move(entries), {std::move(req)}, state);
+  return submit(*rt, RequestType::kAlltoall, name, in, in, std::move(req), std::move(splits));
 }
 
 Handle reducescatter_async(TensorRef in, const std::string& name, ReduceOp op) {
@@ -578,9 +592,8 @@ int join() {
   Request req = make_request(*rt, RequestType::kJoin, name,
                              TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
   auto state = std::make_shared<detail::HandleState>(1);
-  std::vector<TensorTableEntry> entries;
-  entries.push_back(make_entry(RequestType::kJoin, name, {}, {}, state));
-  Handle h = rt->enqueue(std::move(entries), {std::move(req)}, state);
+  Handle h =
+      rt->enqueue_one(make_entry(RequestType::kJoin, name, {}, {}, state), std::move(req), state);
   h.wait();
   std::lock_guard<std::mutex> lock(state->mu);
   return state->join_result;

@@ -225,9 +225,18 @@ Response Coordinator::build_response(const std::string& name) {
           "alltoall cannot run while ranks have called join(); call it before join() on every "
           "rank.");
   }
+  Response resp = response_for(a, static_cast<int32_t>(reqs.size()));
+  if (a.type == RequestType::kAllgather) {
+    resp.first_dims.assign(size_, 0);
+    for (const Request* q : reqs) resp.first_dims[q->rank] = q->shape.empty() ? 1 : q->shape[0];
+  }
+  return resp;
+}
+
+Response response_for(const Request& a, int32_t contributors) {
   Response resp;
   resp.type = static_cast<ResponseType>(a.type);
-  resp.names = {name};
+  resp.names = {a.name};
   resp.shapes = {a.shape};
   resp.dtype = a.dtype;
   resp.reduce_op = a.reduce_op;
@@ -235,12 +244,9 @@ Response Coordinator::build_response(const std::string& name) {
   resp.root = a.root;
   resp.prescale = a.prescale;
   resp.postscale = a.postscale;
-  resp.contributors = static_cast<int32_t>(reqs.size());
+  resp.contributors = contributors;
   resp.group = a.group;
-  if (a.type == RequestType::kAllgather) {
-    resp.first_dims.assign(size_, 0);
-    for (const Request* q : reqs) resp.first_dims[q->rank] = q->shape.empty() ? 1 : q->shape[0];
-  }
+  if (a.type == RequestType::kAllgather) resp.first_dims = {a.shape.empty() ? 1 : a.shape[0]};
   return resp;
 }
 

@@ -154,18 +154,22 @@ bool Executor::perform_control(const Response& r) {
 // identity (nothing, for allgather) and whose results are discarded.
 void Executor::take_entries(const Response& r, Batch& b) {
   b.taken.reserve(r.names.size());
+  b.op.entries.reserve(r.names.size());
+  std::vector<std::optional<TensorTableEntry>> mine = queue_.take_all(r.names);
   for (size_t i = 0; i < r.names.size(); ++i) {
     ops::OpEntry oe;
-    oe.name = r.names[i];
-    if (auto e = queue_.take(r.names[i])) {
-      oe.input = e->input;
-      oe.output = e->output;
-      oe.splits = e->splits;
+    if (auto& e = mine[i]) {
+      // The op takes the entry's name and tensors; the entry keeps its handle for completion.
+      oe.name = std::move(e->name);
+      oe.input = std::move(e->input);
+      oe.output = std::move(e->output);
+      oe.splits = std::move(e->splits);
       oe.result = &e->handle->output;
       oe.received_splits = &e->handle->received_splits;
-      b.op.device = e->input.device();
+      b.op.device = oe.input.device();
       b.taken.push_back(std::move(*e));
     } else {
+      oe.name = r.names[i];
       std::vector<int64_t> shape = r.shapes[i];
       if (r.type == ResponseType::kAllgather && !shape.empty()) shape[0] = 0;
       int64_t n = 1;

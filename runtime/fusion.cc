@@ -27,6 +27,10 @@ void append(Response& into, Response& r) {
 
 }  // namespace
 
+bool can_fuse(const Response& bucket, const Response& next) {
+  return fusable(bucket) && fusable(next) && compatible(bucket, next);
+}
+
 int64_t response_bytes(const Response& r) {
   // Saturating: an error response may carry the shape a bad request had (negative or huge
   // dimensions); fusion only compares the result with the threshold.

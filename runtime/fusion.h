@@ -22,6 +22,9 @@ struct FusionOptions {
 };
 
 int64_t response_bytes(const Response& r);  // sum over names of elements x dtype size
+// Whether plan_fusion may pack `next` into the same buffer as `bucket` (threshold aside): both
+// allreduce responses without an error and with the same parameters.
+bool can_fuse(const Response& bucket, const Response& next);
 std::vector<Response> plan_fusion(std::vector<Response> responses, const FusionOptions& options);
 
 }  // namespace hvd

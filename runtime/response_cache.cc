@@ -58,9 +58,7 @@ void ResponseCache::put(const Response& single) {
 
 void ResponseCache::touch(uint32_t position) {
   if (!occupied(position)) return;
-  lru_.erase(slots_[position]->lru);
-  lru_.push_front(position);
-  slots_[position]->lru = lru_.begin();
+  lru_.splice(lru_.begin(), lru_, slots_[position]->lru);  // no allocation
 }
 
 void ResponseCache::erase(uint32_t position) {

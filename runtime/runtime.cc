@@ -11,6 +11,7 @@
 #include "hvd/config.h"
 #include "hvd/error.h"
 #include "ops/backends.h"
+#include "runtime/coordinator.h"
 
 namespace hvd {
 namespace {
@@ -83,7 +84,8 @@ Runtime::Runtime(const Config& config, PeerLossHandler on_peer_loss) : config_(c
                      << ": do not make MPI calls on other threads while hvd is running.";
   check_placement(mpi_->topology());
   build_operations();
-  build_controller(provided >= MPI_THREAD_MULTIPLE, std::move(on_peer_loss));
+  thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
+  build_controller(thread_multiple_, std::move(on_peer_loss));
   executor_ = std::make_unique<Executor>(mpi_->topology().rank, queue_, op_manager_, *gpu_backend_,
                                          *watchdog_, timeline_.get());
   thread_ = std::thread([this] { loop(); });
@@ -200,14 +202,62 @@ Handle Runtime::enqueue(std::vector<TensorTableEntry> entries, std::vector<Reque
   std::vector<std::string> names;
   if (timeline_)
     for (const auto& e : entries) names.push_back(e.name);
-  if (queue_.add(std::move(entries), std::move(requests))) {
-    // The first request since the last cycle took them: wake the background thread (locking
-    // wake_mu_ first, so that a thread between its check and its wait cannot miss it).
-    { std::lock_guard<std::mutex> lock(wake_mu_); }
-    wake_cv_.notify_one();
-  }
+  if (queue_.add(std::move(entries), std::move(requests))) wake();
   for (const auto& n : names) timeline_->begin(n, "NEGOTIATE");
   return Handle(std::move(state));
+}
+
+// A job of one rank has nothing to negotiate: a CPU tensor's collective runs here, on the caller's
+// thread, as the background thread would run it after a cycle (the same response, executor and
+// ops), so the caller pays no hand-off, no fusion window and no cycle (HVD_SINGLE_RANK_INLINE=0
+// turns this off). Requests with a local error, groups, GPU tensors, barrier and join, and any
+// operation while a timeline is written or when MPI is not MPI_THREAD_MULTIPLE (the op's MPI call
+// would run beside the background thread's) still go through the background thread.
+bool Runtime::runs_inline(const TensorTableEntry& entry, const Request& request) const {
+  if (!config_.single_rank_inline || mpi_->topology().size != 1 || timeline_ || !thread_multiple_)
+    return false;
+  if (!request.error.empty() || !request.group.empty()) return false;
+  if (entry.input.device().kind != Device::kCPU || entry.output.device().kind != Device::kCPU)
+    return false;
+  switch (request.type) {
+    case RequestType::kAllreduce:
+    case RequestType::kAllgather:
+    case RequestType::kBroadcast:
+    case RequestType::kAlltoall:
+    case RequestType::kReducescatter:
+      return true;
+    case RequestType::kBarrier:
+    case RequestType::kJoin:
+      break;
+  }
+  return false;
+}
+
+Handle Runtime::enqueue_one(TensorTableEntry entry, Request request,
+                            std::shared_ptr<detail::HandleState> state) {
+  if (runs_inline(entry, request)) {
+    queue_.add_entry(std::move(entry), request.rank);  // a name in flight is refused as always
+    const Response response = response_for(request, 1);
+    std::lock_guard<std::mutex> lock(exec_mu_);
+    try {
+      executor_->perform(response);
+    } catch (const std::exception&) {
+      // The executor failed the handle with the error before it let a communication error out.
+    }
+    return Handle(std::move(state));
+  }
+  std::string name;
+  if (timeline_) name = entry.name;
+  if (queue_.add_one(std::move(entry), std::move(request))) wake();
+  if (timeline_) timeline_->begin(name, "NEGOTIATE");
+  return Handle(std::move(state));
+}
+
+// The first request since the last cycle: wake the background thread (locking wake_mu_ first, so
+// that a thread between its check and its wait cannot miss it).
+void Runtime::wake() {
+  { std::lock_guard<std::mutex> lock(wake_mu_); }
+  wake_cv_.notify_one();
 }
 
 // The background thread: negotiation cycles, their responses executed in order, until every rank
@@ -236,7 +286,10 @@ void Runtime::loop() {
             timeline_->begin(n, "QUEUE");
           }
       }
-      for (const auto& r : responses) executor_->perform(r);
+      {
+        std::lock_guard<std::mutex> lock(exec_mu_);
+        for (const auto& r : responses) executor_->perform(r);
+      }
       if (shutdown) break;
       if (check_stalls()) continue;  // the next cycle delivers the errors and stops every rank
       wait_for_work(start + cycle, cycle);
@@ -299,6 +352,7 @@ void Runtime::shutdown() {
   wake_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   if (watchdog_) watchdog_->stop();
+  std::lock_guard<std::mutex> no_inline_op(exec_mu_);  // a user thread's single-rank op finishes
   if (gpu_backend_) gpu_backend_->shutdown();
   if (timeline_) timeline_->close();
   if (broken_) {

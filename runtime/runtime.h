@@ -58,6 +58,9 @@ class Runtime {
   // background thread stopped.
   Handle enqueue(std::vector<TensorTableEntry> entries, std::vector<Request> requests,
                  std::shared_ptr<detail::HandleState> state);
+  // enqueue() of one tensor (every collective but grouped allreduce).
+  Handle enqueue_one(TensorTableEntry entry, Request request,
+                     std::shared_ptr<detail::HandleState> state);
   std::mutex& barrier_mutex() { return barrier_mu_; }  // barrier() calls of this rank take turns
 
   // Collective: stops the background thread after the cycle in which every rank has seen the
@@ -68,6 +71,8 @@ class Runtime {
   int init_mpi();  // returns the thread level MPI provides
   void build_operations();
   void build_controller(bool thread_multiple, PeerLossHandler on_peer_loss);
+  void wake();  // after the first request since the last cycle
+  bool runs_inline(const TensorTableEntry& entry, const Request& request) const;
   void loop();
   void wait_for_work(std::chrono::steady_clock::time_point next_cycle,
                      std::chrono::steady_clock::duration cycle);  // in loop()
@@ -77,6 +82,7 @@ class Runtime {
   // init()/shutdown(); in between used by the background thread, except where a comment says.
   Config config_;
   bool owns_mpi_ = false;
+  bool thread_multiple_ = false;           // MPI provides MPI_THREAD_MULTIPLE
   bool finished_ = false;                  // shutdown() ran
   std::unique_ptr<comm::MpiContext> mpi_;  // topology(): any thread
   ops::FusionBuffer fusion_buffer_;
@@ -94,6 +100,9 @@ class Runtime {
   std::mutex barrier_mu_;
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> broken_{false};  // a communication failure stopped the background thread
+  // Held while a response executes: by the background thread, and by a user thread running an
+  // operation of a one-rank job itself (enqueue_one); the ops and the fusion buffer are not shared.
+  std::mutex exec_mu_;
   std::mutex wake_mu_;  // with wake_cv_: wakes the background thread (a first request, shutdown)
   std::condition_variable wake_cv_;
 

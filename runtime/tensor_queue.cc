@@ -4,6 +4,25 @@
 
 namespace hvd {
 
+void TensorQueue::throw_in_flight(const TensorTableEntry& e, int rank) {
+  throw InvalidArgumentError(std::string(request_type_name(e.type)) + " of '" + e.name +
+                             "' failed: a tensor named '" + e.name +
+                             "' is already in flight on rank " + std::to_string(rank) +
+                             ". Wait for its handle before reusing the name, or give each tensor "
+                             "a unique name.");
+}
+
+template <typename Append>
+bool TensorQueue::note_requests(size_t count, Append append) {
+  if (count == 0) return false;
+  const auto now = std::chrono::steady_clock::now();
+  const bool first = requests_.empty();
+  if (first) first_request_ = now;
+  last_request_ = now;
+  append(now);
+  return first;
+}
+
 bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request> requests) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) detail::throw_error(close_kind_, close_message_);
@@ -12,25 +31,39 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
     bool twice_here = false;
     for (size_t j = 0; j < i; ++j) twice_here = twice_here || entries[j].name == e.name;
     if (table_.count(e.name) || twice_here)
-      throw InvalidArgumentError(
-          std::string(request_type_name(e.type)) + " of '" + e.name + "' failed: a tensor named '" +
-          e.name + "' is already in flight on rank " +
-          std::to_string(requests.empty() ? -1 : requests[0].rank) +
-          ". Wait for its handle before reusing the name, or give each tensor a unique name.");
+      throw_in_flight(e, requests.empty() ? -1 : requests[0].rank);
   }
   for (auto& e : entries) {
     std::string name = e.name;
     table_.emplace(std::move(name), std::move(e));
   }
-  const auto now = std::chrono::steady_clock::now();
-  const bool first = requests_.empty() && !requests.empty();
-  if (first) first_request_ = now;
-  if (!requests.empty()) last_request_ = now;
-  for (auto& r : requests) {
-    r.submitted = now;
-    requests_.push_back(std::move(r));
-  }
-  return first;
+  return note_requests(requests.size(), [&](std::chrono::steady_clock::time_point now) {
+    for (auto& r : requests) {
+      r.submitted = now;
+      requests_.push_back(std::move(r));
+    }
+  });
+}
+
+void TensorQueue::insert_locked(TensorTableEntry&& entry, int rank) {
+  if (closed_) detail::throw_error(close_kind_, close_message_);
+  auto [it, inserted] = table_.try_emplace(entry.name);
+  if (!inserted) throw_in_flight(entry, rank);
+  it->second = std::move(entry);
+}
+
+void TensorQueue::add_entry(TensorTableEntry entry, int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  insert_locked(std::move(entry), rank);
+}
+
+bool TensorQueue::add_one(TensorTableEntry entry, Request request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  insert_locked(std::move(entry), request.rank);
+  return note_requests(1, [&](std::chrono::steady_clock::time_point now) {
+    request.submitted = now;
+    requests_.push_back(std::move(request));
+  });
 }
 
 void TensorQueue::pop_requests(std::vector<Request>* out) {
@@ -52,6 +85,19 @@ std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {
   TensorTableEntry e = std::move(it->second);
   table_.erase(it);
   return e;
+}
+
+std::vector<std::optional<TensorTableEntry>> TensorQueue::take_all(
+    const std::vector<std::string>& names) {
+  std::vector<std::optional<TensorTableEntry>> out(names.size());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = table_.find(names[i]);
+    if (it == table_.end()) continue;
+    out[i] = std::move(it->second);
+    table_.erase(it);
+  }
+  return out;
 }
 
 void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {

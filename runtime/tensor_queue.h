@@ -29,7 +29,6 @@ struct TensorTableEntry {
   TensorRef output;
   std::vector<int64_t> splits;
   std::shared_ptr<detail::HandleState> handle;
-  std::chrono::steady_clock::time_point enqueued;
 };
 
 class TensorQueue {
@@ -38,6 +37,11 @@ class TensorQueue {
   // error after close(). Returns true when these are the first requests since the last
   // pop_requests() (the caller wakes the background thread, runtime/runtime.cc).
   bool add(std::vector<TensorTableEntry> entries, std::vector<Request> requests);
+  // add() of one entry and its request, without the vectors (the hot path of a single tensor).
+  bool add_one(TensorTableEntry entry, Request request);
+  // The entry alone, with no request to negotiate: the single-rank path runs it at once
+  // (runtime/runtime.cc). The same checks as add().
+  void add_entry(TensorTableEntry entry, int rank);
   void pop_requests(std::vector<Request>* out);
   // The requests added since the last pop_requests(): none, or when the first and the last came.
   struct Waiting {
@@ -46,6 +50,8 @@ class TensorQueue {
   };
   Waiting waiting() const;
   std::optional<TensorTableEntry> take(const std::string& name);
+  // take() of every name, under one lock (a fused response's tensors); out[i] is names[i]'s entry.
+  std::vector<std::optional<TensorTableEntry>> take_all(const std::vector<std::string>& names);
   // Fails every entry with the message and refuses later adds with it.
   void close(detail::ErrorKind kind, const std::string& message);
   size_t size() const;
@@ -55,6 +61,13 @@ class TensorQueue {
   std::unordered_map<std::string, TensorTableEntry> table_;
   std::vector<Request> requests_;
   std::chrono::steady_clock::time_point first_request_, last_request_;  // of requests_
+  // Under mu_: stamps the requests and appends them; returns whether they are the first since the
+  // last pop_requests().
+  template <typename Append>
+  bool note_requests(size_t count, Append append);
+  [[noreturn]] static void throw_in_flight(const TensorTableEntry& e, int rank);
+  void insert_locked(TensorTableEntry&& entry, int rank);  // under mu_: checks, then inserts
+
   bool closed_ = false;
   detail::ErrorKind close_kind_ = detail::ErrorKind::kNone;
   std::string close_message_;

@@ -415,15 +415,18 @@ inline bool contains_ci(const std::string& hay, const std::string& needle) {
 // restarts it with the defaults. Collective (every rank creates one).
 class SlowNegotiation {
  public:
-  SlowNegotiation() { restart("1000000", "1000"); }
-  ~SlowNegotiation() { restart(nullptr, nullptr); }
+  SlowNegotiation() { restart("1000000", "1000", "0"); }
+  ~SlowNegotiation() { restart(nullptr, nullptr, nullptr); }
 
  private:
-  static void restart(const char* window_us, const char* cycle_ms) {
+  // single_rank_inline "0": a job of one rank negotiates too (otherwise its operations run at
+  // submission and a name is never in flight, runtime/runtime.cc).
+  static void restart(const char* window_us, const char* cycle_ms, const char* single_rank_inline) {
     Watchdog w("hvd restart", 60);
     hvd::shutdown();
     set_or_unset("HVD_FUSION_WINDOW", window_us);
     set_or_unset("HVD_CYCLE_TIME", cycle_ms);
+    set_or_unset("HVD_SINGLE_RANK_INLINE", single_rank_inline);
     hvd::init();
   }
   static void set_or_unset(const char* name, const char* value) {
