@@ -112,13 +112,15 @@ Waited wait_patiently(std::vector<MPI_Request>& reqs, const std::vector<int>& ra
 
 }  // namespace
 
-ControlTopology parse_control_topology(const std::string& value) {
+ControlTopology parse_control_topology(const std::string& value, int size) {
   std::string v;
   for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (v == "star") return ControlTopology::kStar;
   if (v == "tree") return ControlTopology::kTree;
+  if (v == "auto")
+    return size >= kAutoTreeFromRanks ? ControlTopology::kTree : ControlTopology::kStar;
   throw InvalidArgumentError("HVD_CONTROL_TOPOLOGY='" + value +
-                             "' is not valid: expected one of tree|star.");
+                             "' is not valid: expected one of auto|tree|star.");
 }
 
 MpiControlChannel::MpiControlChannel(MPI_Comm comm, ControlTopology topology)

@@ -50,9 +50,14 @@
 namespace hvd::comm {
 
 enum class ControlTopology { kStar, kTree };
-// "star" | "tree" (the HVD_CONTROL_TOPOLOGY values, any case) -> the topology; throws
-// InvalidArgumentError for anything else.
-ControlTopology parse_control_topology(const std::string& value);
+// From this many ranks up, HVD_CONTROL_TOPOLOGY=auto (the default) takes the tree: below it the
+// star's two hops cost less than the tree's 2 log2 n (docs/scaling.md: the fitted model puts the
+// crossover near 100 ranks with a core per rank; on an oversubscribed machine the star wins at any
+// size measured).
+inline constexpr int kAutoTreeFromRanks = 64;
+// "auto" | "star" | "tree" (the HVD_CONTROL_TOPOLOGY values, any case) and the job's size -> the
+// topology; throws InvalidArgumentError for anything else.
+ControlTopology parse_control_topology(const std::string& value, int size = 1);
 
 struct ControlCounters {
   uint64_t messages_sent = 0, messages_received = 0;

@@ -208,11 +208,12 @@ const std::vector<ConfigVar>& config_registry() {
        ""},
       {"HVD_CONTROL_TOPOLOGY",
        ConfigType::kEnum,
-       "tree",
+       "auto",
        "Shape of the per-cycle bit-vector exchange: tree (a binomial tree, rank 0 handles "
-       "2*ceil(log2 n) messages per cycle) or star (every rank through rank 0, 2*(n-1)); both "
-       "name lost ranks the same way (docs/scaling.md).",
-       {"tree", "star"},
+       "2*ceil(log2 n) messages per cycle), star (every rank through rank 0, 2*(n-1), in two hops) "
+       "or auto (star below 64 ranks, tree from 64); all name lost ranks the same way "
+       "(docs/scaling.md).",
+       {"auto", "tree", "star"},
        0,
        0,
        "",

@@ -56,7 +56,7 @@ struct Config {
   double start_timeout_seconds = 30;
   double peer_timeout_seconds = 30;
   std::string on_peer_loss = "exit";      // exit | abort | none (comm/watchdog.h)
-  std::string control_topology = "tree";  // tree | star (comm/mpi_control_channel.h)
+  std::string control_topology = "auto";  // auto | tree | star (comm/mpi_control_channel.h)
   bool terminate_handler = true;          // runtime/terminate_handler.h
 };
 

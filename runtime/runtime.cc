@@ -181,7 +181,7 @@ void Runtime::build_controller(bool thread_multiple, PeerLossHandler on_peer_los
   const auto& topo = mpi_->topology();
   controller_ = std::make_unique<Controller>(
       std::make_unique<comm::MpiControlChannel>(
-          mpi_->world(), comm::parse_control_topology(config_.control_topology)),
+          mpi_->world(), comm::parse_control_topology(config_.control_topology, topo.size)),
       co, queue_);
   HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local "
                  << topo.local_rank << "/" << topo.local_size << ", cross " << topo.cross_rank

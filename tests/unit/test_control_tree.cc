@@ -85,15 +85,19 @@ TEST(ControlTree, EveryRankHasOneParentAndLogDepth) {
 TEST(ControlTopology, ParsesTreeAndStarInAnyCase) {
   EXPECT_EQ(parse_control_topology("tree"), ControlTopology::kTree);
   EXPECT_EQ(parse_control_topology("STAR"), ControlTopology::kStar);
+  EXPECT_EQ(parse_control_topology("auto", kAutoTreeFromRanks - 1), ControlTopology::kStar);
+  EXPECT_EQ(parse_control_topology("Auto", kAutoTreeFromRanks), ControlTopology::kTree);
+  EXPECT_EQ(parse_control_topology("auto", 16384), ControlTopology::kTree);
   try {
     parse_control_topology("ring");
     ADD_FAILURE() << "'ring' was accepted";
   } catch (const InvalidArgumentError& e) {
-    EXPECT_STREQ(e.what(), "HVD_CONTROL_TOPOLOGY='ring' is not valid: expected one of tree|star.");
+    EXPECT_STREQ(e.what(),
+                 "HVD_CONTROL_TOPOLOGY='ring' is not valid: expected one of auto|tree|star.");
   }
 }
 
-TEST(ControlTopology, ConfigDefaultsToTreeAndRejectsOtherValues) {
+TEST(ControlTopology, ConfigDefaultsToAutoAndRejectsOtherValues) {
   auto env = [](std::map<std::string, std::string> vars) -> EnvLookup {
     return [vars](const std::string& n) -> std::optional<std::string> {
       auto it = vars.find(n);
@@ -101,14 +105,15 @@ TEST(ControlTopology, ConfigDefaultsToTreeAndRejectsOtherValues) {
       return it->second;
     };
   };
-  EXPECT_EQ(load_config(env({})).control_topology, "tree");
+  EXPECT_EQ(load_config(env({})).control_topology, "auto");
   EXPECT_EQ(load_config(env({{"HVD_CONTROL_TOPOLOGY", "Star"}})).control_topology, "star");
   EXPECT_EQ(load_config(env({{"HOROVOD_CONTROL_TOPOLOGY", "tree"}})).control_topology, "tree");
   try {
     load_config(env({{"HVD_CONTROL_TOPOLOGY", "ring"}}));
     ADD_FAILURE() << "'ring' was accepted";
   } catch (const InvalidArgumentError& e) {
-    EXPECT_STREQ(e.what(), "HVD_CONTROL_TOPOLOGY='ring' is not valid: expected one of tree|star.");
+    EXPECT_STREQ(e.what(),
+                 "HVD_CONTROL_TOPOLOGY='ring' is not valid: expected one of auto|tree|star.");
   }
 }
 
