@@ -222,6 +222,10 @@ void Executor::execute(const Response& r, Batch& b) {
   }
   // CPU batches complete here and now; GPU batches when their work on the device is done (on the
   // finalizer thread), so the background thread never waits for the GPU.
+  if (b.op.device.kind == Device::kCPU) {
+    for (auto& t : b.taken) t.handle->complete_one();
+    return;
+  }
   auto done = std::make_shared<std::vector<TensorTableEntry>>(std::move(b.taken));
   gpu_.finish([done, what](const std::string& error) {
     for (auto& t : *done) {
