@@ -2,8 +2,8 @@
 
 // JSON string literals as hvd writes them (the timeline's trace file, safetensors headers): the
 // escapes \" \\ \n \r \t, \u00XX for the other control characters, every other byte as is (UTF-8
-// passes through). Reading JSON is nlohmann's job (training/safetensors.cc); this is the writing half,
-// kept byte-stable so that files keep their exact bytes.
+// passes through). Reading JSON is nlohmann's job (training/safetensors.cc); this is the writing
+// half, kept byte-stable so that files keep their exact bytes.
 
 #include <cstdio>
 #include <string>
