@@ -31,9 +31,6 @@ struct Flags {
 
   std::string strategy = "auto";  // auto | mirrored | multi-worker
   std::string device = "auto";    // auto | cpu | cuda
-  // Activation recomputation (model/recompute.h): the blocks whose inner activations are re-run
-  // during backward instead of kept. None by default; all with a bare --recompute.
-  model::RecomputeBlocks recompute;
 
   // Mixed precision (model/precision.h, hvd/loss_scaler.h): fp32 | bf16 | fp16. With bf16 or fp16
   // the loss is scaled: dynamically (from loss_scale_init, x2 after loss_scale_window good steps,
@@ -43,6 +40,9 @@ struct Flags {
   int64_t loss_scale_window = 2000;  // --loss-scale dynamic: good steps before the scale doubles
   double static_loss_scale = 0;      // --loss-scale N: N; 0: dynamic
   std::string gradient_allreduce = "fp32";  // fp32 | bf16 | fp16: the gradients' all-reduce dtype
+  // Activation recomputation (model/recompute.h): the blocks whose inner activations are re-run
+  // during backward instead of kept. None by default; all with a bare --recompute.
+  model::RecomputeBlocks recompute;
 
   // Data.
   std::string data_dir;  // default data::kDefaultFashionMnistDir

@@ -176,8 +176,8 @@ void Trainer::setup_local() {
   no.model.hidden = flags_.hidden;
   no.momentum = static_cast<float>(flags_.momentum);
   no.weight_decay = static_cast<float>(flags_.weight_decay);
-  no.model.recompute = flags_.recompute;
   no.model.precision = precision_->precision();
+  no.model.recompute = flags_.recompute;
   net_ = make_network(device_, no);
   names_ = net_->parameter_names();
   batch_memory_ = net_->make_batch_memory(/*staged=*/flags_.prefetch > 0);
