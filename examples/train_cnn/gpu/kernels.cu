@@ -1,5 +1,8 @@
 #include "gpu/kernels.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <climits>
 
 #include "gpu/check.h"
@@ -112,6 +115,61 @@ __global__ void sgd_momentum_kernel(float* params, const float* grads, float* ve
   }
 }
 
+__global__ void float_to_fp16_kernel(const float* in, __half* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = __float2half_rn(in[i]);
+  }
+}
+
+__global__ void float_to_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = __float2bfloat16_rn(in[i]);
+  }
+}
+
+__global__ void fp16_to_float_kernel(const __half* in, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = __half2float(in[i]);
+  }
+}
+
+__global__ void bf16_to_float_kernel(const __nv_bfloat16* in, float* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    out[i] = __bfloat162float(in[i]);
+  }
+}
+
+__global__ void round_to_half_kernel(float* x, int64_t n, bool bf16) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = bf16 ? __bfloat162float(__float2bfloat16_rn(x[i])) : __half2float(__float2half_rn(x[i]));
+  }
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float factor) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    x[i] = __fmul_rn(x[i], factor);
+  }
+}
+
+__global__ void unscale_and_check_kernel(float* grads, int64_t n, float inv_scale,
+                                         int32_t* overflow) {
+  bool bad = false;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float g = grads[i];
+    const float u = __fmul_rn(g, inv_scale);
+    grads[i] = u;
+    bad = bad || !isfinite(g) || !isfinite(u);
+  }
+  if (bad) *overflow = 1;
+}
+
 }  // namespace
 
 void bias_add(float* y, const float* bias, int batch, int channels, int spatial,
@@ -150,6 +208,50 @@ void sgd_momentum_step(float* params, const float* grads, float* velocity, int64
   if (n == 0) return;
   sgd_momentum_kernel<<<blocks_for(n), kThreads, 0, stream>>>(params, grads, velocity, n, lr,
                                                               momentum, weight_decay, nesterov);
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void cast_float_to_half(const float* in, void* out, int64_t n, HalfFormat format,
+                        cudaStream_t stream) {
+  if (n == 0) return;
+  if (format == HalfFormat::kFp16) {
+    float_to_fp16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(in, static_cast<__half*>(out), n);
+  } else {
+    float_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        in, static_cast<__nv_bfloat16*>(out), n);
+  }
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void cast_half_to_float(const void* in, float* out, int64_t n, HalfFormat format,
+                        cudaStream_t stream) {
+  if (n == 0) return;
+  if (format == HalfFormat::kFp16) {
+    fp16_to_float_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __half*>(in),
+                                                                 out, n);
+  } else {
+    bf16_to_float_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(in), out, n);
+  }
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void round_to_half(float* x, int64_t n, HalfFormat format, cudaStream_t stream) {
+  if (n == 0) return;
+  round_to_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, format == HalfFormat::kBf16);
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, factor);
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void unscale_and_check(float* grads, int64_t n, float inv_scale, int32_t* overflow,
+                       cudaStream_t stream) {
+  if (n == 0) return;
+  unscale_and_check_kernel<<<blocks_for(n), kThreads, 0, stream>>>(grads, n, inv_scale, overflow);
   CNN_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -45,4 +45,30 @@ void cross_entropy_backward(const float* log_probs, const int32_t* labels, int b
 void sgd_momentum_step(float* params, const float* grads, float* velocity, int64_t n, float lr,
                        float momentum, float weight_decay, bool nesterov, cudaStream_t stream);
 
+// ---- Mixed precision (--precision fp16|bf16; the building blocks, see gpu/loss_scaling.h) ----
+
+// The 16-bit storage formats: IEEE binary16 (__half) and bfloat16 (__nv_bfloat16).
+enum class HalfFormat { kFp16, kBf16 };
+
+// out[i] = in[i] rounded to the nearest `format` value (ties to even, NaN stays NaN, fp16
+// overflow +-Inf), as model::round_to_fp16 / round_to_bf16 do; out holds n 16-bit values of that
+// format. The fp32 master copy `in` is only read.
+void cast_float_to_half(const float* in, void* out, int64_t n, HalfFormat format,
+                        cudaStream_t stream);
+// out[i] = the exact float value of the 16-bit in[i].
+void cast_half_to_float(const void* in, float* out, int64_t n, HalfFormat format,
+                        cudaStream_t stream);
+// x[i] = x[i] rounded to `format` and back, in place (the 16-bit storage emulated in fp32).
+void round_to_half(float* x, int64_t n, HalfFormat format, cudaStream_t stream);
+
+// x[i] *= factor, one rounded multiply (exact for a power-of-two factor without overflow or
+// underflow): the loss gradient times the loss scale.
+void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream);
+
+// grads[i] *= inv_scale (one rounded multiply) and *overflow = 1 when any element is Inf or NaN
+// before or after; *overflow (device memory) is never cleared here: zero it before the first call
+// of a step. Any thread that sees a bad value stores 1, so the result is deterministic.
+void unscale_and_check(float* grads, int64_t n, float inv_scale, int32_t* overflow,
+                       cudaStream_t stream);
+
 }  // namespace train_cnn::gpu
