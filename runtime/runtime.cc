@@ -277,17 +277,19 @@ void Runtime::loop() {
         std::this_thread::sleep_for(std::chrono::duration<double>(pause.seconds));
       auto start = clock::now();
       bool shutdown = false;
-      std::vector<Response> responses = controller_->cycle(shutdown_requested_.load(), &shutdown);
-      if (timeline_) {
-        timeline_->mark_cycle();
-        for (const auto& r : responses)
-          for (const auto& n : r.names) {
-            timeline_->end(n, "NEGOTIATE");
-            timeline_->begin(n, "QUEUE");
-          }
-      }
       {
+        // The cycle's MPI calls and the executor's take turns with a one-rank job's inline
+        // operations (enqueue_one), which use the same communicators from a user thread.
         std::lock_guard<std::mutex> lock(exec_mu_);
+        std::vector<Response> responses = controller_->cycle(shutdown_requested_.load(), &shutdown);
+        if (timeline_) {
+          timeline_->mark_cycle();
+          for (const auto& r : responses)
+            for (const auto& n : r.names) {
+              timeline_->end(n, "NEGOTIATE");
+              timeline_->begin(n, "QUEUE");
+            }
+        }
         for (const auto& r : responses) executor_->perform(r);
       }
       if (shutdown) break;

@@ -100,8 +100,9 @@ class Runtime {
   std::mutex barrier_mu_;
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> broken_{false};  // a communication failure stopped the background thread
-  // Held while a response executes: by the background thread, and by a user thread running an
-  // operation of a one-rank job itself (enqueue_one); the ops and the fusion buffer are not shared.
+  // Held by the background thread through each cycle (negotiation and execution), and by a user
+  // thread running an operation of a one-rank job itself (enqueue_one): they take turns with the
+  // ops, the fusion buffer and the communicators.
   std::mutex exec_mu_;
   std::mutex wake_mu_;  // with wake_cv_: wakes the background thread (a first request, shutdown)
   std::condition_variable wake_cv_;
