@@ -31,9 +31,13 @@ bool background_expected() {
 
 // Checks the handle's state right after the async call returned, then waits.
 void expect_path(hvd::Handle& h, const std::string& what) {
-  if (inline_expected()) EXPECT_TRUE(h.ready()) << what << ": not run at submission";
+  if (inline_expected()) {
+    EXPECT_TRUE(h.ready()) << what << ": not run at submission";
+  }
   // The background path waits the fusion window (0.5 s in the .background registration) first.
-  if (background_expected()) EXPECT_FALSE(h.ready()) << what << ": done before a cycle";
+  if (background_expected()) {
+    EXPECT_FALSE(h.ready()) << what << ": done before a cycle";
+  }
   h.wait();
 }
 
