@@ -48,7 +48,8 @@ void Controller::classify(Request&& r) {
         const auto since = r.submitted == std::chrono::steady_clock::time_point{}
                                ? std::chrono::steady_clock::now()
                                : r.submitted;
-        cached_pending_.emplace(pos, PendingHit{std::move(r), since});
+        if (has_pending(pos)) break;  // cannot happen (one name in flight per rank): go slow
+        add_pending(pos, PendingHit{std::move(r), since});
         return;
       }
       case ResponseCache::Lookup::kInvalid:
@@ -91,16 +92,41 @@ void Controller::take_requests() {
   // Hits that waited too long go to rank 0 (after invalidating their entry everywhere), where the
   // stall inspector sees them.
   const auto now = std::chrono::steady_clock::now();
-  for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
-    if (std::chrono::duration<double>(now - it->second.since).count() >
-        options_.fast_path_patience_seconds) {
-      invalid_positions_.push_back(it->first);
-      uncached_.push_back(std::move(it->second.request));
-      it = cached_pending_.erase(it);
-    } else {
-      ++it;
-    }
+  std::vector<uint32_t> late;
+  for_each_pending([&](uint32_t pos) {
+    if (std::chrono::duration<double>(now - pending_[pos].since).count() >
+        options_.fast_path_patience_seconds)
+      late.push_back(pos);
+  });
+  for (uint32_t pos : late) {
+    invalid_positions_.push_back(pos);
+    uncached_.push_back(take_pending(pos).request);
   }
+}
+
+void Controller::add_pending(uint32_t pos, PendingHit hit) {
+  if (pos >= pending_.size()) pending_.resize(pos + 1);
+  if (pos / 64 >= pending_bits_.size()) pending_bits_.resize(pos / 64 + 1, 0);
+  pending_[pos] = std::move(hit);
+  pending_bits_[pos / 64] |= uint64_t{1} << (pos % 64);
+}
+
+Controller::PendingHit Controller::take_pending(uint32_t pos) {
+  pending_bits_[pos / 64] &= ~(uint64_t{1} << (pos % 64));
+  return std::move(pending_[pos]);
+}
+
+template <typename F>
+void Controller::for_each_pending(F&& f) const {
+  for (size_t w = 0; w < pending_bits_.size(); ++w)
+    for (uint64_t bits = pending_bits_[w]; bits; bits &= bits - 1)
+      f(static_cast<uint32_t>(w * 64 + __builtin_ctzll(bits)));
+}
+
+// Every pending hit goes the slow way (in position order, as before).
+void Controller::requeue_all_pending() {
+  for_each_pending([&](uint32_t pos) { uncached_.push_back(std::move(pending_[pos].request)); });
+  for (uint64_t& w : pending_bits_) w = 0;
 }
 
 // [flags | hit bits | valid bits] of this rank, to be ANDed across ranks.
@@ -112,7 +138,8 @@ std::vector<uint64_t> Controller::local_bits(bool shutdown_requested) {
   if (!joined_) flags |= kNoJoined;
   bits[0] = flags;
   if (!joined_)
-    for (const auto& [pos, hit] : cached_pending_) bits[1 + pos / 64] |= uint64_t{1} << (pos % 64);
+    for (size_t w = 0; w < pending_bits_.size() && w < cache_words_; ++w)
+      bits[1 + w] = pending_bits_[w];
   for (size_t w = 0; w < cache_words_; ++w) bits[1 + cache_words_ + w] = ~uint64_t{0};
   for (uint32_t pos : invalid_positions_)
     bits[1 + cache_words_ + pos / 64] &= ~(uint64_t{1} << (pos % 64));
@@ -131,8 +158,7 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
   erase_invalid(bits);
   std::vector<Response> ready;
   if (any_joined) {
-    for (auto& [pos, hit] : cached_pending_) uncached_.push_back(std::move(hit.request));
-    cached_pending_.clear();
+    requeue_all_pending();
   } else {
     ready = fast_path(bits);
   }
@@ -209,11 +235,7 @@ void Controller::erase_invalid(const std::vector<uint64_t>& bits) {
       uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(invalid));
       invalid &= invalid - 1;
       cache_.erase(pos);
-      auto it = cached_pending_.find(pos);
-      if (it != cached_pending_.end()) {
-        uncached_.push_back(std::move(it->second.request));
-        cached_pending_.erase(it);
-      }
+      if (has_pending(pos)) uncached_.push_back(take_pending(pos).request);
     }
   }
 }
@@ -235,10 +257,13 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       hits &= hits - 1;
       const Response& cached = cache_.get(pos);
       const int64_t b = response_bytes(cached);
+      // This rank's own request for the position (its bit is in the AND): its name and shape are
+      // the cached ones (the lookup compared them), and are moved, not copied, into the response.
+      Request mine = take_pending(pos).request;
       if (open && cached.group.empty() && can_fuse(ready.back(), cached) &&
           bytes + b <= threshold) {
-        ready.back().names.push_back(cached.names[0]);
-        ready.back().shapes.push_back(cached.shapes[0]);
+        ready.back().names.push_back(std::move(mine.name));
+        ready.back().shapes.push_back(std::move(mine.shape));
         bytes += b;
       } else {
         ready.push_back(cached);
@@ -247,7 +272,6 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
         bytes = b;
       }
       cache_.touch(pos);
-      cached_pending_.erase(pos);
     }
   }
   return ready;
@@ -275,14 +299,12 @@ std::vector<Response> Controller::slow_path() {
 
 // Step 5: a put may have evicted an entry another rank's pending hit still waits on: re-check.
 void Controller::requeue_evicted_hits() {
-  for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
-    if (!cache_.occupied(it->first) || cache_.get(it->first).names[0] != it->second.request.name) {
-      uncached_.push_back(std::move(it->second.request));
-      it = cached_pending_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  std::vector<uint32_t> evicted;
+  for_each_pending([&](uint32_t pos) {
+    if (!cache_.occupied(pos) || cache_.get(pos).names[0] != pending_[pos].request.name)
+      evicted.push_back(pos);
+  });
+  for (uint32_t pos : evicted) uncached_.push_back(take_pending(pos).request);
 }
 
 }  // namespace hvd

@@ -34,7 +34,6 @@
 
 #include <chrono>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -117,7 +116,18 @@ class Controller {
     Request request;
     std::chrono::steady_clock::time_point since;
   };
-  std::map<uint32_t, PendingHit> cached_pending_;  // position -> request waiting for the AND
+  // The requests waiting for the AND, by cache position (a flat table: a cycle of 1000 cached
+  // gradients allocates nothing here); pending_bits_ marks the positions that hold one.
+  std::vector<PendingHit> pending_;
+  std::vector<uint64_t> pending_bits_;
+  bool has_pending(uint32_t pos) const {
+    return pos / 64 < pending_bits_.size() && (pending_bits_[pos / 64] >> (pos % 64) & 1);
+  }
+  void add_pending(uint32_t pos, PendingHit hit);
+  PendingHit take_pending(uint32_t pos);  // has_pending(pos)
+  template <typename F>
+  void for_each_pending(F&& f) const;  // f(pos), in position order
+  void requeue_all_pending();
   std::vector<uint32_t> invalid_positions_;
   std::vector<Request> uncached_;
 

@@ -13,10 +13,10 @@ bool ResponseCache::cacheable(const Response& r) {
 }
 
 ResponseCache::Lookup ResponseCache::lookup(const Request& q, uint32_t* position) const {
-  auto it = by_name_.find(q.name);
-  if (it == by_name_.end()) return Lookup::kMiss;
-  *position = it->second;
-  const Response& r = slots_[it->second]->response;
+  const int64_t at = find(q.name, NameIndex::hash(q.name));
+  if (at < 0) return Lookup::kMiss;
+  *position = static_cast<uint32_t>(at);
+  const Response& r = slots_[at]->response;
   bool same = static_cast<uint8_t>(r.type) == static_cast<uint8_t>(q.type) && r.dtype == q.dtype &&
               r.shapes[0] == q.shape && r.device_kind == q.device.kind && r.group == q.group &&
               q.error.empty();
@@ -35,10 +35,10 @@ const Response& ResponseCache::get(uint32_t position) const {
 void ResponseCache::put(const Response& single) {
   if (capacity_ == 0 || !cacheable(single)) return;
   const std::string& name = single.names[0];
-  auto it = by_name_.find(name);
-  if (it != by_name_.end()) {
-    slots_[it->second]->response = single;
-    touch(it->second);
+  const uint64_t h = NameIndex::hash(name);
+  if (const int64_t at = find(name, h); at >= 0) {
+    slots_[at]->response = single;
+    touch(static_cast<uint32_t>(at));
     return;
   }
   uint32_t pos;
@@ -52,8 +52,8 @@ void ResponseCache::put(const Response& single) {
     erase(pos);
   }
   lru_.push_front(pos);
-  slots_[pos] = Slot{single, lru_.begin()};
-  by_name_[name] = pos;
+  slots_[pos] = Slot{single, h, lru_.begin()};
+  by_name_.insert(h, pos);
 }
 
 void ResponseCache::touch(uint32_t position) {
@@ -63,7 +63,7 @@ void ResponseCache::touch(uint32_t position) {
 
 void ResponseCache::erase(uint32_t position) {
   if (!occupied(position)) return;
-  by_name_.erase(slots_[position]->response.names[0]);
+  by_name_.erase(slots_[position]->name_hash, position);
   lru_.erase(slots_[position]->lru);
   slots_[position].reset();
 }

@@ -21,10 +21,10 @@
 #include <list>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "runtime/message.h"
+#include "runtime/name_index.h"
 
 namespace hvd {
 
@@ -54,11 +54,15 @@ class ResponseCache {
  private:
   struct Slot {
     Response response;
+    uint64_t name_hash;
     std::list<uint32_t>::iterator lru;
   };
+  int64_t find(const std::string& name, uint64_t h) const {
+    return by_name_.find(h, [&](uint32_t pos) { return slots_[pos]->response.names[0] == name; });
+  }
   size_t capacity_;
   std::vector<std::optional<Slot>> slots_;
-  std::unordered_map<std::string, uint32_t> by_name_;
+  NameIndex by_name_;        // names[0] of every occupied slot -> its position
   std::list<uint32_t> lru_;  // front: most recently used
 };
 

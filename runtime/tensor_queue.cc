@@ -30,13 +30,10 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
     const auto& e = entries[i];
     bool twice_here = false;
     for (size_t j = 0; j < i; ++j) twice_here = twice_here || entries[j].name == e.name;
-    if (table_.count(e.name) || twice_here)
+    if (find_locked(e.name, NameIndex::hash(e.name)) >= 0 || twice_here)
       throw_in_flight(e, requests.empty() ? -1 : requests[0].rank);
   }
-  for (auto& e : entries) {
-    std::string name = e.name;
-    table_.emplace(std::move(name), std::move(e));
-  }
+  for (auto& e : entries) insert_locked(std::move(e), -1);  // checked above: cannot throw
   return note_requests(requests.size(), [&](std::chrono::steady_clock::time_point now) {
     for (auto& r : requests) {
       r.submitted = now;
@@ -47,9 +44,28 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
 
 void TensorQueue::insert_locked(TensorTableEntry&& entry, int rank) {
   if (closed_) detail::throw_error(close_kind_, close_message_);
-  auto [it, inserted] = table_.try_emplace(entry.name);
-  if (!inserted) throw_in_flight(entry, rank);
-  it->second = std::move(entry);
+  const uint64_t h = NameIndex::hash(entry.name);
+  if (find_locked(entry.name, h) >= 0) throw_in_flight(entry, rank);
+  uint32_t i;
+  if (!free_.empty()) {
+    i = free_.back();
+    free_.pop_back();
+  } else {
+    i = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+  }
+  slots_[i].entry = std::move(entry);
+  slots_[i].hash = h;
+  slots_[i].used = true;
+  index_.insert(h, i);
+}
+
+TensorTableEntry TensorQueue::remove_locked(uint32_t i) {
+  Slot& s = slots_[i];
+  index_.erase(s.hash, i);
+  s.used = false;
+  free_.push_back(i);
+  return std::move(s.entry);
 }
 
 void TensorQueue::add_entry(TensorTableEntry entry, int rank) {
@@ -80,11 +96,9 @@ TensorQueue::Waiting TensorQueue::waiting() const {
 
 std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = table_.find(name);
-  if (it == table_.end()) return std::nullopt;
-  TensorTableEntry e = std::move(it->second);
-  table_.erase(it);
-  return e;
+  const int64_t i = find_locked(name, NameIndex::hash(name));
+  if (i < 0) return std::nullopt;
+  return remove_locked(static_cast<uint32_t>(i));
 }
 
 std::vector<std::optional<TensorTableEntry>> TensorQueue::take_all(
@@ -92,16 +106,14 @@ std::vector<std::optional<TensorTableEntry>> TensorQueue::take_all(
   std::vector<std::optional<TensorTableEntry>> out(names.size());
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < names.size(); ++i) {
-    auto it = table_.find(names[i]);
-    if (it == table_.end()) continue;
-    out[i] = std::move(it->second);
-    table_.erase(it);
+    const int64_t at = find_locked(names[i], NameIndex::hash(names[i]));
+    if (at >= 0) out[i] = remove_locked(static_cast<uint32_t>(at));
   }
   return out;
 }
 
 void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {
-  std::unordered_map<std::string, TensorTableEntry> left;
+  std::vector<TensorTableEntry> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_) {
@@ -109,17 +121,21 @@ void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {
       close_kind_ = kind;
       close_message_ = message;
     }
-    left.swap(table_);
+    for (Slot& s : slots_)
+      if (s.used) left.push_back(std::move(s.entry));
+    slots_.clear();
+    free_.clear();
+    index_.clear();
     requests_.clear();
   }
-  for (auto& [name, e] : left)
-    e.handle->fail(kind, std::string(request_type_name(e.type)) + " of '" + name +
+  for (auto& e : left)
+    e.handle->fail(kind, std::string(request_type_name(e.type)) + " of '" + e.name +
                              "' did not complete: " + message);
 }
 
 size_t TensorQueue::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return table_.size();
+  return index_.size();
 }
 
 }  // namespace hvd

@@ -13,12 +13,12 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "hvd/tensor.h"
 #include "runtime/handle.h"
 #include "runtime/message.h"
+#include "runtime/name_index.h"
 
 namespace hvd {
 
@@ -58,7 +58,20 @@ class TensorQueue {
 
  private:
   mutable std::mutex mu_;
-  std::unordered_map<std::string, TensorTableEntry> table_;
+  // The entries in flight: a slab of slots reused through a free list, found by name through
+  // index_ (no node and no copy of the name per tensor; runtime/name_index.h).
+  struct Slot {
+    TensorTableEntry entry;
+    uint64_t hash = 0;
+    bool used = false;
+  };
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;
+  NameIndex index_;
+  int64_t find_locked(const std::string& name, uint64_t h) const {
+    return index_.find(h, [&](uint32_t i) { return slots_[i].entry.name == name; });
+  }
+  TensorTableEntry remove_locked(uint32_t i);
   std::vector<Request> requests_;
   std::chrono::steady_clock::time_point first_request_, last_request_;  // of requests_
   // Under mu_: stamps the requests and appends them; returns whether they are the first since the
