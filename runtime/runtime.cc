@@ -262,10 +262,15 @@ void Runtime::wake() {
 
 // The background thread: negotiation cycles, their responses executed in order, until every rank
 // has seen a shutdown request or a communication failure stops it. Between two cycles it sleeps
-// (wait_for_work) until a request arrives or HVD_CYCLE_TIME has passed since the last cycle began:
+// (wait_for_work) until a request arrives or HVD_CYCLE_TIME has passed since the last cycle ended:
 // an idle rank still runs a cycle every HVD_CYCLE_TIME, since every rank takes part in every
 // cycle's exchange (the star AND pairs the ranks' n-th cycles: a rank that starts one early waits
-// there for the others).
+// there for the others). Counted from the end, not the start: after a cycle that ran longer than
+// HVD_CYCLE_TIME (a large fused all-reduce), a rank whose user thread is about to submit the next
+// step's tensors waits for them instead of starting an empty cycle at once. That empty cycle used to
+// pair with the other ranks' full ones, so the step's tensors waited a whole extra cycle, while
+// its rank polled for the others on the cores their user threads were submitting on (measured:
+// ~1.5 empty cycles per step of 1000 tensors on 2 ranks before, ~0 after; docs/benchmarks.md).
 void Runtime::loop() {
   using clock = std::chrono::steady_clock;
   const auto cycle = std::chrono::duration_cast<clock::duration>(
@@ -294,7 +299,7 @@ void Runtime::loop() {
       }
       if (shutdown) break;
       if (check_stalls()) continue;  // the next cycle delivers the errors and stops every rank
-      wait_for_work(start + cycle, cycle);
+      wait_for_work(clock::now() + cycle, cycle);
     }
     controller_->finish(2.0);
     const std::string& reason = executor_->shutdown_reason();
