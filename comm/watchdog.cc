@@ -81,15 +81,19 @@ Watchdog::Watchdog(MPI_Comm world, int rank, int size, bool thread_multiple,
 
 Watchdog::~Watchdog() { stop(); }
 
-void Watchdog::op_started(std::string what) {
+void Watchdog::op_started(std::function<std::string()> describe) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    op_what_ = std::move(what);
+    op_describe_ = std::move(describe);
   }
   op_started_ns_ = now_ns();
 }
 
-void Watchdog::op_finished() { op_started_ns_ = 0; }
+void Watchdog::op_finished() {
+  op_started_ns_ = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  op_describe_ = nullptr;  // the operation's response may be gone after this returns
+}
 
 void Watchdog::background_stopped() {
   {
@@ -281,7 +285,7 @@ void Watchdog::run() {
     cv_.wait_for(lock, milliseconds(probes() ? 100 : 500));
     if (stopped_) break;
     const int64_t started = op_started_ns_.load();
-    const std::string what = op_what_;
+    const std::string what = started != 0 && op_describe_ ? op_describe_() : std::string();
     lock.unlock();
     answer_pings();
     if (!declared_) check_op(started, what);

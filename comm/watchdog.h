@@ -82,9 +82,11 @@ class Watchdog {
   // Whether liveness probes exist (several ranks and MPI_THREAD_MULTIPLE).
   bool probes() const { return probe_comm_ != MPI_COMM_NULL; }
 
-  // Background thread: a data-plane operation (`what`: "allreduce of 'x'", for the messages)
-  // starts or ends.
-  void op_started(std::string what);
+  // Background thread: a data-plane operation starts or ends. `describe` names it for the messages
+  // ("allreduce of 'x'"); it is called (under the watchdog's lock) only while the operation runs,
+  // so it may refer to the caller's response, and only when the watchdog looks, so that the
+  // per-operation cost is no string at all (a job of one rank runs each tensor as an operation).
+  void op_started(std::function<std::string()> describe);
   void op_finished();
   // Background thread: the background loop has ended (the watchdog thread then winds down).
   void background_stopped();
@@ -121,7 +123,7 @@ class Watchdog {
   std::atomic<bool> stopped_{false};       // the background loop has ended
   std::mutex mu_;
   std::condition_variable cv_;
-  std::string op_what_;  // under mu_
+  std::function<std::string()> op_describe_;  // under mu_; empty when no op runs
 
   // Watchdog thread only.
   std::vector<MPI_Request> pongs_;  // answers being sent (empty messages: the tag says the round)

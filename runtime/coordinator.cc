@@ -233,11 +233,16 @@ Response Coordinator::build_response(const std::string& name) {
   return resp;
 }
 
-Response response_for(const Request& a, int32_t contributors) {
+namespace {
+
+// The response's fields from the request; its name and shape are copied, or moved from an rvalue.
+template <typename R>
+Response response_from(R&& a, int32_t contributors) {
   Response resp;
   resp.type = static_cast<ResponseType>(a.type);
-  resp.names = {a.name};
-  resp.shapes = {a.shape};
+  if (a.type == RequestType::kAllgather) resp.first_dims = {a.shape.empty() ? 1 : a.shape[0]};
+  resp.names.push_back(std::forward<R>(a).name);
+  resp.shapes.push_back(std::forward<R>(a).shape);
   resp.dtype = a.dtype;
   resp.reduce_op = a.reduce_op;
   resp.device_kind = a.device.kind;
@@ -245,9 +250,18 @@ Response response_for(const Request& a, int32_t contributors) {
   resp.prescale = a.prescale;
   resp.postscale = a.postscale;
   resp.contributors = contributors;
-  resp.group = a.group;
-  if (a.type == RequestType::kAllgather) resp.first_dims = {a.shape.empty() ? 1 : a.shape[0]};
+  resp.group = std::forward<R>(a).group;
   return resp;
+}
+
+}  // namespace
+
+Response response_for(const Request& a, int32_t contributors) {
+  return response_from(a, contributors);
+}
+
+Response response_for(Request&& a, int32_t contributors) {
+  return response_from(std::move(a), contributors);
 }
 
 std::vector<Coordinator::Stall> Coordinator::stalled(double older_than_seconds) const {

@@ -29,6 +29,8 @@ inline constexpr const char* kShutdownNotice = "__hvd.shutdown";
 // dtype and parameters, `contributors` ranks contributing (allgather: first_dims of rank 0 only, for
 // a job of one rank). Coordinator::build_response() and the single-rank path (runtime/runtime.cc).
 Response response_for(const Request& request, int32_t contributors);
+// The same, moving the request's name, shape and group into the response.
+Response response_for(Request&& request, int32_t contributors);
 
 class Coordinator {
  public:

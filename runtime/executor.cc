@@ -155,10 +155,10 @@ bool Executor::perform_control(const Response& r) {
 void Executor::take_entries(const Response& r, Batch& b) {
   b.taken.reserve(r.names.size());
   b.op.entries.reserve(r.names.size());
-  std::vector<std::optional<TensorTableEntry>> mine = queue_.take_all(r.names);
+  queue_.take_all(r.names, &taken_);
   for (size_t i = 0; i < r.names.size(); ++i) {
     ops::OpEntry oe;
-    if (auto& e = mine[i]) {
+    if (auto& e = taken_[i]) {
       // The op takes the entry's name and tensors; the entry keeps its handle for completion.
       oe.name = std::move(e->name);
       oe.input = std::move(e->input);
@@ -201,8 +201,7 @@ void Executor::begin_spans(const Response& r, Batch& b) {
 }
 
 void Executor::execute(const Response& r, Batch& b) {
-  const std::string what = what_of(r);
-  watchdog_.op_started(what);
+  watchdog_.op_started([&r] { return what_of(r); });
   struct OpDone {
     comm::Watchdog& w;
     ~OpDone() { w.op_finished(); }
@@ -215,7 +214,7 @@ void Executor::execute(const Response& r, Batch& b) {
     auto [kind, message] = detail::classify(e);
     const std::string full = message.rfind(std::string(response_type_name(r.type)) + " of", 0) == 0
                                  ? message
-                                 : what + " failed: " + message;
+                                 : what_of(r) + " failed: " + message;
     for (auto& t : b.taken) t.handle->fail(kind, full);
     if (kind == detail::ErrorKind::kCommunication) throw;
     return;
@@ -227,7 +226,7 @@ void Executor::execute(const Response& r, Batch& b) {
     return;
   }
   auto done = std::make_shared<std::vector<TensorTableEntry>>(std::move(b.taken));
-  gpu_.finish([done, what](const std::string& error) {
+  gpu_.finish([done, what = what_of(r)](const std::string& error) {
     for (auto& t : *done) {
       if (error.empty())
         t.handle->complete_one();

@@ -52,7 +52,8 @@ class Executor {
   comm::Watchdog& watchdog_;
   Timeline* timeline_;
   std::string shutdown_reason_;
-  long batches_ = 0;         // data-plane batches run so far
+  std::vector<std::optional<TensorTableEntry>> taken_;  // take_entries()' scratch, reused
+  long batches_ = 0;                                    // data-plane batches run so far
   long stop_at_batch_ = -1;  // test hook HVD_TEST_STOP_IN_OP (executor.cc)
 };
 

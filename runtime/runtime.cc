@@ -237,7 +237,7 @@ Handle Runtime::enqueue_one(TensorTableEntry entry, Request request,
                             std::shared_ptr<detail::HandleState> state) {
   if (runs_inline(entry, request)) {
     queue_.add_entry(std::move(entry), request.rank);  // a name in flight is refused as always
-    const Response response = response_for(request, 1);
+    const Response response = response_for(std::move(request), 1);
     std::lock_guard<std::mutex> lock(exec_mu_);
     try {
       executor_->perform(response);

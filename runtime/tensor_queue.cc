@@ -101,15 +101,17 @@ std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {
   return remove_locked(static_cast<uint32_t>(i));
 }
 
-std::vector<std::optional<TensorTableEntry>> TensorQueue::take_all(
-    const std::vector<std::string>& names) {
-  std::vector<std::optional<TensorTableEntry>> out(names.size());
+void TensorQueue::take_all(const std::vector<std::string>& names,
+                           std::vector<std::optional<TensorTableEntry>>* out) {
+  out->resize(names.size());
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < names.size(); ++i) {
     const int64_t at = find_locked(names[i], NameIndex::hash(names[i]));
-    if (at >= 0) out[i] = remove_locked(static_cast<uint32_t>(at));
+    if (at >= 0)
+      (*out)[i] = remove_locked(static_cast<uint32_t>(at));
+    else
+      (*out)[i].reset();
   }
-  return out;
 }
 
 void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {

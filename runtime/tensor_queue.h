@@ -50,8 +50,10 @@ class TensorQueue {
   };
   Waiting waiting() const;
   std::optional<TensorTableEntry> take(const std::string& name);
-  // take() of every name, under one lock (a fused response's tensors); out[i] is names[i]'s entry.
-  std::vector<std::optional<TensorTableEntry>> take_all(const std::vector<std::string>& names);
+  // take() of every name, under one lock (a fused response's tensors): (*out)[i] is names[i]'s
+  // entry. *out is the caller's, reused from batch to batch (no allocation once it is large enough).
+  void take_all(const std::vector<std::string>& names,
+                std::vector<std::optional<TensorTableEntry>>* out);
   // Fails every entry with the message and refuses later adds with it.
   void close(detail::ErrorKind kind, const std::string& message);
   size_t size() const;

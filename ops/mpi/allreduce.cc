@@ -23,6 +23,7 @@
 // kCompressedRound elements bound the receive scratch (rounds are whole multiples of the rank
 // count; only the last is padded, by the packing).
 #include <algorithm>
+#include <cstring>
 
 #include "common/dtype_math.h"
 #include "ops/mpi/mpi_ops.h"
@@ -32,6 +33,16 @@ namespace hvd::ops::mpi {
 void allreduce_chunked(const comm::MpiContext& ctx, const void* sendbuf, void* recvbuf,
                        int64_t count, DataType dtype, ReduceOp op, MPI_Comm comm) {
   const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  // One rank (a job of one, or a hierarchical level of one: one node, one rank per node): the
+  // reduction of one contribution is that contribution, and MPI would only copy it, through a
+  // collective's dispatch per call (a job of one rank runs each small tensor as its own batch).
+  int ranks = 0;
+  MPI_CHECK(MPI_Comm_size(comm, &ranks));
+  if (ranks == 1) {
+    if (sendbuf != MPI_IN_PLACE && count > 0)
+      std::memmove(recvbuf, sendbuf, static_cast<std::size_t>(count * esize));
+    return;
+  }
   for (int64_t done = 0; done < count;) {
     int n = static_cast<int>(std::min(count - done, comm::kMaxMpiCount));
     const void* s =
