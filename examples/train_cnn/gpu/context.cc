@@ -56,6 +56,12 @@ cudnnMathType_t CudaContext::conv_math_type() const {
   return options_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
+void CudaContext::set_fp32_reductions() {
+  const cublasMath_t base = options_.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+  CNN_CUBLAS_CHECK(cublasSetMathMode(
+      cublas_, static_cast<cublasMath_t>(base | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+}
+
 void CudaContext::activate() const {
   int current = -1;
   CNN_CUDA_CHECK(cudaGetDevice(&current));

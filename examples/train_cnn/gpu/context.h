@@ -54,8 +54,14 @@ class CudaContext {
   cudaStream_t stream() const { return stream_; }
   cudnnHandle_t cudnn() const { return cudnn_; }
   cublasHandle_t cublas() const { return cublas_; }
-  // The math type convolution descriptors get: CUDNN_FMA_MATH, or CUDNN_DEFAULT_MATH with TF32.
+  // The math type float32 convolution descriptors get: CUDNN_FMA_MATH, or CUDNN_DEFAULT_MATH with
+  // TF32 (16-bit convolutions use CUDNN_TENSOR_OP_MATH, gpu/conv2d.h).
   cudnnMathType_t conv_math_type() const;
+  // For a model with 16-bit GEMMs (--precision bf16|fp16): adds
+  // CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION to the cuBLAS math mode, so that a split-K
+  // GEMM with 16-bit output sums its partial results in float and rounds once, as the CPU emulation
+  // does. Float32 GEMMs are not affected; an fp32 model never calls it.
+  void set_fp32_reductions();
 
   void activate() const;
 

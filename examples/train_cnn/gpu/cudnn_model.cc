@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "gpu/kernels.h"
 #include "hvd/error.h"
 #include "model/check.h"
 
@@ -11,8 +12,15 @@ namespace {
 
 model::ModelOptions host_options(model::ModelOptions o) {
   o.blas_threads = 0;  // the host model only draws the initial weights: leave OpenBLAS alone
+  o.precision = model::Precision::kFp32;  // nor does it need a rounded copy of them
   return o;
 }
+
+// What the layers of a bf16 / fp16 model bind to (model::CnnGraph::bind reads value and gradient).
+struct BoundParameter {
+  void* value;
+  void* gradient;
+};
 
 }  // namespace
 
@@ -22,7 +30,8 @@ CudnnModel::CudnnModel(const model::ModelOptions& options, const GpuOptions& gpu
     : options_(options),
       host_model_(std::make_unique<model::Model>(host_options(options))),
       context_(gpu),
-      graph_(CudnnLayers{context_}, options) {
+      numerics_{.precision = options.precision},
+      graph_(CudnnLayers{context_, &numerics_}, options) {
   num_parameters_ = host_model_->num_parameters();
   params_.resize(static_cast<size_t>(num_parameters_));
   grads_.resize(static_cast<size_t>(num_parameters_));
@@ -30,7 +39,20 @@ CudnnModel::CudnnModel(const model::ModelOptions& options, const GpuOptions& gpu
     parameters_.push_back({p.name, p.shape, params_.data() + p.offset, grads_.data() + p.offset,
                            p.offset, static_cast<int64_t>(p.value.size())});
   }
-  graph_.bind(parameters_);
+  if (!numerics_.reduced()) {
+    graph_.bind(parameters_);
+  } else {
+    // The layers read the 16-bit compute copy and accumulate into the 16-bit gradients; backward()
+    // widens those into grads_. Every tensor's offset is that of the flat layout, so with the
+    // default shapes each 16-bit slice starts on a 16-byte boundary (tensor-core friendly).
+    compute_params_.resize(static_cast<size_t>(num_parameters_));
+    compute_grads_.resize(static_cast<size_t>(num_parameters_));
+    std::vector<BoundParameter> bound;
+    for (const GpuParameterTensor& p : parameters_)
+      bound.push_back({compute_params_.data() + p.offset, compute_grads_.data() + p.offset});
+    graph_.bind(bound);
+    context_.set_fp32_reductions();
+  }
   CNN_CUDA_CHECK(cudaEventCreateWithFlags(&staged_copied_, cudaEventDisableTiming));
   // Defined contents before initialize(): zeros, as the CPU model.
   CNN_CUDA_CHECK(
@@ -54,6 +76,20 @@ void CudnnModel::zero_gradients() {
   context_.activate();
   CNN_CUDA_CHECK(
       cudaMemsetAsync(grads_.data(), 0, sizeof(float) * num_parameters_, context_.stream()));
+  if (numerics_.reduced()) {
+    // All-zero bits are +0 in bf16 and fp16 too.
+    CNN_CUDA_CHECK(cudaMemsetAsync(compute_grads_.data(), 0, sizeof(uint16_t) * num_parameters_,
+                                   context_.stream()));
+  }
+}
+
+const void* CudnnModel::prepare_reduced_forward(const float* images, int batch) {
+  const HalfFormat format = half_format(numerics_.precision);
+  cast_float_to_half(params_.data(), compute_params_.data(), num_parameters_, format,
+                     context_.stream());
+  void* input = graph_.input(batch);
+  cast_float_to_half(images, input, int64_t{batch} * input_size(), format, context_.stream());
+  return input;
 }
 
 void CudnnModel::reserve_activations(int batch) {
@@ -61,6 +97,7 @@ void CudnnModel::reserve_activations(int batch) {
   context_.synchronize();  // work queued earlier may still use the old buffers
   graph_.reserve(batch);
   labels_.resize(static_cast<size_t>(batch));
+  if (numerics_.reduced()) input32_.resize(static_cast<size_t>(batch) * input_size());
 }
 
 model::LossResult CudnnModel::forward(std::span<const float> images,
@@ -91,11 +128,17 @@ void CudnnModel::enqueue_forward(std::span<const float> images, std::span<const 
     staged_labels_.reserve(labels.size());
     std::copy(images.begin(), images.end(), staged_images_.data());
     std::copy(labels.begin(), labels.end(), staged_labels_.data());
-    CNN_CUDA_CHECK(cudaMemcpyAsync(graph_.input(batch), staged_images_.data(), images.size_bytes(),
+    // float32 images: straight into the graph's input, or (bf16 / fp16) into input32_ first.
+    void* images_to = numerics_.reduced() ? input32_.data() : graph_.input(batch);
+    CNN_CUDA_CHECK(cudaMemcpyAsync(images_to, staged_images_.data(), images.size_bytes(),
                                    cudaMemcpyHostToDevice, context_.stream()));
     CNN_CUDA_CHECK(cudaMemcpyAsync(labels_.data(), staged_labels_.data(), labels.size_bytes(),
                                    cudaMemcpyHostToDevice, context_.stream()));
     CNN_CUDA_CHECK(cudaEventRecord(staged_copied_, context_.stream()));
+  }
+  if (numerics_.reduced()) {
+    graph_.forward(prepare_reduced_forward(input32_.data(), batch), labels_.data(), batch);
+    return;
   }
   graph_.forward(graph_.input(batch), labels_.data(), batch);
 }
@@ -112,6 +155,11 @@ void CudnnModel::enqueue_forward_device(const float* images, const int32_t* labe
   }
   context_.activate();
   reserve_activations(batch);
+  if (numerics_.reduced()) {
+    // The 16-bit copy goes to the graph's own input: the caller's buffer is read once, here.
+    graph_.forward(prepare_reduced_forward(images, batch), labels, batch);
+    return;
+  }
   graph_.forward(images, labels, batch);
 }
 
@@ -127,7 +175,19 @@ void CudnnModel::backward(const std::function<void(size_t)>& on_grad_ready) {
     throw hvd::InvalidArgumentError("CudnnModel::backward called before forward().");
   }
   context_.activate();
-  graph_.backward(on_grad_ready);
+  if (!numerics_.reduced()) {
+    graph_.backward(on_grad_ready);
+    return;
+  }
+  const HalfFormat format = half_format(numerics_.precision);
+  graph_.backward([&](size_t i) {
+    // The layer's 16-bit gradient, final in stream order, widened (exactly) into the float32
+    // gradient the optimizer and the all-reduce see.
+    const GpuParameterTensor& p = parameters_[i];
+    cast_half_to_float(compute_grads_.data() + p.offset, p.gradient, p.size, format,
+                       context_.stream());
+    if (on_grad_ready) on_grad_ready(i);
+  });
 }
 
 model::Evaluation CudnnModel::evaluate(std::span<const float> images,
@@ -166,7 +226,9 @@ std::vector<float> CudnnModel::logits_to_host() {
   std::vector<float> out(static_cast<size_t>(std::max(graph_.batch(), 0)) * num_classes());
   if (out.empty()) return out;
   context_.activate();
-  CNN_CUDA_CHECK(cudaMemcpyAsync(out.data(), graph_.logits(), out.size() * sizeof(float),
+  // bf16 / fp16: the loss layer keeps the logits widened to float32.
+  const void* logits = numerics_.reduced() ? graph_.loss().float_logits() : graph_.logits();
+  CNN_CUDA_CHECK(cudaMemcpyAsync(out.data(), logits, out.size() * sizeof(float),
                                  cudaMemcpyDeviceToHost, context_.stream()));
   context_.synchronize();
   return out;

@@ -32,6 +32,16 @@
 // build, GPU, parameters and batch give bitwise the same loss and gradients. With FP32 math (the
 // default) results agree with the CPU model to about 1e-5 relative; with GpuOptions::allow_tf32
 // to about 1e-3. Not thread-safe: one model per thread.
+//
+// Mixed precision (ModelOptions::precision bf16 or fp16; the CPU model emulates the same storage,
+// model/precision.h): the parameters (fp32 master weights), the gradients handed out
+// (flat_gradients(), parameters()[i].gradient) and the optimizer stay float32. Each forward pass
+// casts the master weights to a 16-bit compute copy and the input images to 16 bits; activations,
+// activation gradients and the weight and bias gradients are 16-bit, the layers compute in float
+// on tensor cores (gpu/data_type.h); the loss runs in float32 on the widened logits and its
+// gradient is multiplied by the loss scale (set_loss_scale) before it is rounded to 16 bits. As
+// backward() finishes gradient i, it widens the 16-bit gradient into the float32 gradient i
+// (exact), before on_grad_ready(i). The activation buffers hold 2 bytes per value.
 
 #include <cstdint>
 #include <functional>
@@ -42,6 +52,7 @@
 
 #include "gpu/context.h"
 #include "gpu/conv2d.h"
+#include "gpu/data_type.h"
 #include "gpu/dense.h"
 #include "gpu/device_buffer.h"
 #include "gpu/maxpool2d.h"
@@ -64,11 +75,12 @@ struct GpuParameterTensor {
 };
 
 // The GPU layers of the graph (model/cnn_graph.h): device arrays and pointers, cuDNN and cuBLAS,
-// all on one context's stream.
+// all on one context's stream. The views are untyped: the values are float32, or 16-bit with a
+// bf16 / fp16 model (numerics->precision, fixed at construction; value_bytes() per value).
 struct CudnnLayers {
-  using Buffer = DeviceArray<float>;
-  using View = float*;
-  using ConstView = const float*;
+  using Buffer = DeviceArray<float>;  // sized in floats by the graph (2-byte values: half as many)
+  using View = void*;
+  using ConstView = const void*;
   using Conv = CudnnConv2d;
   using Pool = CudnnMaxPool2d;
   using Dense = CublasDense;
@@ -76,13 +88,17 @@ struct CudnnLayers {
   using Loss = CudnnSoftmaxCrossEntropy;
 
   CudaContext& context;
-  Conv conv(const model::Conv2dOptions& o) const { return Conv(context, o); }
-  Pool pool(const model::MaxPool2dOptions& o) const { return Pool(context, o); }
-  Dense dense(const model::DenseOptions& o) const { return Dense(context, o); }
+  const model::Numerics* numerics;  // the model's: precision and loss scale
+
+  model::Precision precision() const { return numerics->precision; }
+  size_t value_bytes() const { return gpu::value_bytes(precision()); }
+  Conv conv(const model::Conv2dOptions& o) const { return Conv(context, o, precision()); }
+  Pool pool(const model::MaxPool2dOptions& o) const { return Pool(context, o, precision()); }
+  Dense dense(const model::DenseOptions& o) const { return Dense(context, o, precision()); }
   Relu relu(int channels, int height, int width) const {
-    return Relu(context, channels, height, width);
+    return Relu(context, channels, height, width, precision());
   }
-  Loss loss(int num_classes) const { return Loss(context, num_classes); }
+  Loss loss(int num_classes) const { return Loss(context, num_classes, numerics); }
   template <class B>
   static auto view(B& buffer, size_t /*n*/) {
     return buffer.data();
@@ -107,6 +123,12 @@ class CudnnModel {
   // The CPU model's initialisation for this seed (model::Model::initialize), copied to the device.
   void initialize(uint64_t seed);
 
+  // ModelOptions::precision; the loss scale the next backward() multiplies the loss gradient by
+  // (1 unless set; loss scaling, hvd/loss_scaler.h), in any precision.
+  model::Precision precision() const { return numerics_.precision; }
+  void set_loss_scale(float scale) { numerics_.loss_scale = scale; }
+  float loss_scale() const { return numerics_.loss_scale; }
+
   const std::vector<GpuParameterTensor>& parameters() const { return parameters_; }
   float* flat_parameters() { return params_.data(); }
   float* flat_gradients() { return grads_.data(); }
@@ -127,6 +149,7 @@ class CudnnModel {
 
   // Back-propagates the last forward pass; see the file comment for on_grad_ready. With
   // ModelOptions::recompute it first re-runs the recomputed blocks' forward (model/recompute.h).
+  // bf16 / fp16: gradient i is widened from its 16-bit copy before on_grad_ready(i).
   void backward(const std::function<void(size_t)>& on_grad_ready = {});
 
   // Device bytes of activations, counted by the graph as it queues the work (held at most at once
@@ -142,20 +165,29 @@ class CudnnModel {
   void copy_parameters_to_host(std::span<float> out);
   void copy_parameters_from_host(std::span<const float> in);
   void copy_gradients_to_host(std::span<float> out);
-  // Logits of the last forward pass, [batch, num_classes], copied to the host.
+  // Logits of the last forward pass, [batch, num_classes], copied to the host (bf16 / fp16: the
+  // 16-bit logits, widened).
   std::vector<float> logits_to_host();
 
  private:
   void reserve_activations(int batch);
+  // bf16 / fp16, before a forward pass: the master weights to their 16-bit compute copy, and the
+  // float32 device images [batch, C, H, W] to the graph's 16-bit input, which is returned.
+  const void* prepare_reduced_forward(const float* images, int batch);
 
   model::ModelOptions options_;
   std::unique_ptr<model::Model> host_model_;  // layout and initialisation, on the host
   CudaContext context_;
+  model::Numerics numerics_;            // precision and loss scale, read by the layers
   model::CnnGraph<CudnnLayers> graph_;  // the layers and their activations
 
   int64_t num_parameters_ = 0;
   DeviceArray<float> params_, grads_;
   std::vector<GpuParameterTensor> parameters_;
+  // bf16 / fp16 only: the 16-bit compute copy of params_ and the 16-bit gradients the layers
+  // accumulate into (the same flat layout), and the float32 input staged before its cast.
+  DeviceArray<uint16_t> compute_params_, compute_grads_;
+  DeviceArray<float> input32_;
 
   DeviceArray<int32_t> labels_;  // [capacity]: enqueue_forward's labels
   // Host staging of enqueue_forward: pinned, reused once the previous copy has landed.

@@ -126,10 +126,10 @@ using ActivationDescriptor =
     CudnnDescriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor,
                     cudnnDestroyActivationDescriptor>;
 
-// NCHW float32 [n, c, h, w].
-inline void set_nchw(const TensorDescriptor& d, int n, int c, int h, int w) {
-  CNN_CUDNN_CHECK(
-      cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+// NCHW [n, c, h, w] of float32, or of the 16-bit type of a mixed-precision model (gpu/data_type.h).
+inline void set_nchw(const TensorDescriptor& d, int n, int c, int h, int w,
+                     cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+  CNN_CUDNN_CHECK(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, type, n, c, h, w));
 }
 
 }  // namespace train_cnn::gpu

@@ -61,6 +61,15 @@ void cast_half_to_float(const void* in, float* out, int64_t n, HalfFormat format
 // x[i] = x[i] rounded to `format` and back, in place (the 16-bit storage emulated in fp32).
 void round_to_half(float* x, int64_t n, HalfFormat format, cudaStream_t stream);
 
+// bias_add and bias_grad for 16-bit tensors of `format` (the GPU model with --precision bf16|fp16):
+// y[n, c, s] = round(y[n, c, s] + bias[c]), the sum in float and rounded once to the format;
+// bias_grad[c] = round(bias_grad[c] + sum over n and s of dy[n, c, s]), the sum in float in the
+// fixed order of bias_grad() and rounded once. y, bias, dy and bias_grad hold 16-bit values.
+void bias_add_half(void* y, const void* bias, int batch, int channels, int spatial,
+                   HalfFormat format, cudaStream_t stream);
+void bias_grad_half(const void* dy, void* bias_grad, int batch, int channels, int spatial,
+                    HalfFormat format, cudaStream_t stream);
+
 // x[i] *= factor, one rounded multiply (exact for a power-of-two factor without overflow or
 // underflow): the loss gradient times the loss scale.
 void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream);

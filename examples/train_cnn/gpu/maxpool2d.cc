@@ -6,12 +6,14 @@
 
 namespace train_cnn::gpu {
 
-CudnnMaxPool2d::CudnnMaxPool2d(CudaContext& context, const model::MaxPool2dOptions& o)
+CudnnMaxPool2d::CudnnMaxPool2d(CudaContext& context, const model::MaxPool2dOptions& o,
+                               model::Precision precision)
     : context_(context),
       channels_(o.channels),
       height_(o.height),
       width_(o.width),
-      kernel_(o.kernel) {
+      kernel_(o.kernel),
+      precision_(precision) {
   const model::MaxPool2d shape(o);  // validates with the CPU layer's messages
   out_height_ = shape.out_height();
   out_width_ = shape.out_width();
@@ -23,8 +25,8 @@ CudnnMaxPool2d::CudnnMaxPool2d(CudaContext& context, const model::MaxPool2dOptio
 
 void CudnnMaxPool2d::set_batch(int batch) {
   if (batch == batch_) return;
-  set_nchw(x_desc_, batch, channels_, height_, width_);
-  set_nchw(y_desc_, batch, channels_, out_height_, out_width_);
+  set_nchw(x_desc_, batch, channels_, height_, width_, cudnn_data_type(precision_));
+  set_nchw(y_desc_, batch, channels_, out_height_, out_width_, cudnn_data_type(precision_));
   int n = 0, c = 0, h = 0, w = 0;
   CNN_CUDNN_CHECK(
       cudnnGetPooling2dForwardOutputDim(pool_desc_.get(), x_desc_.get(), &n, &c, &h, &w));
@@ -36,7 +38,7 @@ void CudnnMaxPool2d::set_batch(int batch) {
   batch_ = batch;
 }
 
-void CudnnMaxPool2d::forward(const float* x, float* y, int batch) {
+void CudnnMaxPool2d::forward(const void* x, void* y, int batch) {
   if (batch < 0) {
     throw hvd::InvalidArgumentError("CudnnMaxPool2d::forward: batch must be >= 0, got " +
                                     std::to_string(batch) + ".");
@@ -48,8 +50,7 @@ void CudnnMaxPool2d::forward(const float* x, float* y, int batch) {
                                       &zero, y_desc_.get(), y));
 }
 
-void CudnnMaxPool2d::backward(const float* x, const float* y, const float* dy, float* dx,
-                              int batch) {
+void CudnnMaxPool2d::backward(const void* x, const void* y, const void* dy, void* dx, int batch) {
   if (batch < 0) {
     throw hvd::InvalidArgumentError("CudnnMaxPool2d::backward: batch must be >= 0, got " +
                                     std::to_string(batch) + ".");

@@ -7,8 +7,13 @@
 
 namespace train_cnn::gpu {
 
-CudnnRelu::CudnnRelu(CudaContext& context, int channels, int height, int width)
-    : context_(context), channels_(channels), height_(height), width_(width) {
+CudnnRelu::CudnnRelu(CudaContext& context, int channels, int height, int width,
+                     model::Precision precision)
+    : context_(context),
+      channels_(channels),
+      height_(height),
+      width_(width),
+      precision_(precision) {
   model::check_positive("CudnnRelu", "channels", channels);
   model::check_positive("CudnnRelu", "height", height);
   model::check_positive("CudnnRelu", "width", width);
@@ -23,11 +28,11 @@ void CudnnRelu::set_batch(int batch) {
                                     ".");
   }
   if (batch == batch_) return;
-  set_nchw(desc_, batch, channels_, height_, width_);
+  set_nchw(desc_, batch, channels_, height_, width_, cudnn_data_type(precision_));
   batch_ = batch;
 }
 
-void CudnnRelu::forward(const float* x, float* y, int batch) {
+void CudnnRelu::forward(const void* x, void* y, int batch) {
   if (batch == 0) return;
   set_batch(batch);
   const float one = 1.0f, zero = 0.0f;
@@ -35,7 +40,7 @@ void CudnnRelu::forward(const float* x, float* y, int batch) {
                                          &zero, desc_.get(), y));
 }
 
-void CudnnRelu::backward(const float* y, const float* dy, float* dx, int batch) {
+void CudnnRelu::backward(const void* y, const void* dy, void* dx, int batch) {
   if (batch == 0) return;
   set_batch(batch);
   const float one = 1.0f, zero = 0.0f;

@@ -28,7 +28,12 @@
 //
 // A layer set L provides
 //   types   Conv, Pool, Dense, Relu, Loss (the layers), Buffer (owning storage of floats with
-//           resize(n) and data()), View / ConstView (what the layers take: spans or pointers)
+//           resize(n) and data()), View / ConstView (what the layers take: spans or pointers;
+//           void pointers when the values may be 16-bit)
+//   member  value_bytes() (optional; 4 without it): the bytes of one stored activation value. The
+//           GPU layers of a bf16 / fp16 model store 2-byte values (gpu/cudnn_model.h); the buffers
+//           then hold that many bytes per value (rounded up to whole floats) and the ledger counts
+//           them. The CPU emulation of 16-bit storage keeps floats (4)
 //   members conv(Conv2dOptions), pool(MaxPool2dOptions), dense(DenseOptions),
 //           relu(channels, height, width), loss(num_classes): the layers, returned by value (they
 //           need be neither copyable nor movable)
@@ -71,7 +76,8 @@ struct ModelOptions {
   int num_classes = 10;
   int blas_threads = 1;  // CPU model: applied to OpenBLAS by the constructor; 0 leaves it as it is
   RecomputeBlocks recompute = {};  // blocks recomputed during backward (model/recompute.h)
-  // CPU model: the 16-bit storage it emulates (model/precision.h); the cuDNN model: fp32 only.
+  // The 16-bit storage of mixed precision (model/precision.h): emulated by the CPU model, real on
+  // the cuDNN model (16-bit activations and gradients on tensor cores, gpu/cudnn_model.h).
   Precision precision = Precision::kFp32;
 };
 
@@ -174,8 +180,9 @@ class CnnGraph {
         relu3_(layers.relu(o.hidden, 1, 1)),
         fc2_(layers.dense({.in_features = o.hidden, .out_features = o.num_classes})),
         loss_(layers.loss(o.num_classes)),
-        recompute_(o.recompute) {
-    // The inner activations' places on the stack, in floats per image (see the file comment).
+        recompute_(o.recompute),
+        value_bytes_(value_bytes_of(layers)) {
+    // The inner activations' places on the stack, in values per image (see the file comment).
     int64_t top = 0;
     auto place = [&](int64_t per_sample, bool recomputed) {
       const int64_t at = top;
@@ -213,7 +220,7 @@ class CnnGraph {
   void reserve(int batch) {
     if (fits(batch)) return;
     auto grow = [&](typename L::Buffer& b, int64_t per_sample) {
-      b.resize(static_cast<size_t>(batch) * static_cast<size_t>(per_sample));
+      b.resize(buffer_floats(floats(per_sample, batch)));
     };
     grow(input_, conv1_.input_size());
     grow(inner_.buffer, inner_.per_sample);  // a1, a2, h (the stack of the file comment)
@@ -226,7 +233,8 @@ class CnnGraph {
     capacity_ = batch;
   }
 
-  // Room for batch images (after reserve(batch)): a model may place its input here.
+  // Room for batch images (after reserve(batch)): a model may place its input here, in the
+  // layers' storage type (the layer set's value_bytes() per value).
   View input(int batch) { return L::view(input_, floats(conv1_.input_size(), batch)); }
 
   // Runs the forward pass of images [batch, C, H, W] (used in place: unchanged until backward())
@@ -328,16 +336,30 @@ class CnnGraph {
   static size_t floats(int64_t per_sample, int batch) {
     return static_cast<size_t>(per_sample) * static_cast<size_t>(batch);
   }
+  static size_t value_bytes_of(const L& layers) {
+    if constexpr (requires { layers.value_bytes(); }) {
+      return layers.value_bytes();
+    } else {
+      return sizeof(float);
+    }
+  }
+  // The floats a buffer of n stored values takes (n itself for float values).
+  size_t buffer_floats(size_t n) const {
+    return (n * value_bytes_ + sizeof(float) - 1) / sizeof(float);
+  }
   Views views(int batch) {
     auto v = [&](typename L::Buffer& b, int64_t per_sample) {
       return L::view(b, floats(per_sample, batch));
     };
-    // An inner activation: per_sample floats per image from place at (per image) of inner_.
+    // An inner activation: per_sample values per image from place at (per image) of inner_.
     auto inner = [&](int64_t at, int64_t per_sample) {
       const size_t offset = floats(at, batch);
       const View all = L::view(inner_.buffer, offset + floats(per_sample, batch));
       if constexpr (std::is_pointer_v<View>) {
-        return all + offset;
+        // Values of value_bytes_ each: advance by bytes (View may be void*).
+        using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<View>>,
+                                        const unsigned char, unsigned char>;
+        return reinterpret_cast<View>(reinterpret_cast<Byte*>(all) + offset * value_bytes_);
       } else {
         return all.subspan(offset);
       }
@@ -356,9 +378,9 @@ class CnnGraph {
             v(d_logits_, fc2_.out_features())};
   }
 
-  // The ledger holds per_sample floats of the current batch in slot.
+  // The ledger holds per_sample values of the current batch in slot.
   void hold(Slot slot, int64_t per_sample) {
-    ledger_.hold(slot, static_cast<int64_t>(floats(per_sample, batch_) * sizeof(float)));
+    ledger_.hold(slot, static_cast<int64_t>(floats(per_sample, batch_) * value_bytes_));
   }
   // The blocks' inner forward passes, in forward() and again in backward() for a recomputed block;
   // the ReLUs run in place, so a1, a2 and h hold the ReLU outputs.
@@ -389,6 +411,7 @@ class CnnGraph {
   typename L::Dense fc2_;
   typename L::Loss loss_;
   RecomputeBlocks recompute_;
+  size_t value_bytes_;  // bytes per stored activation value
   ActivationLedger ledger_;
 
   int batch_ = -1;
@@ -399,7 +422,7 @@ class CnnGraph {
   struct {
     typename L::Buffer buffer;  // [capacity, per_sample]
     int64_t per_sample = 0;
-    int64_t a1_at = 0, a2_at = 0, h_at = 0;  // floats per image below each activation's place
+    int64_t a1_at = 0, a2_at = 0, h_at = 0;  // values per image below each activation's place
   } inner_;
   typename L::Buffer d_logits_, d_h_, d_p2_, d_a2_, d_p1_, d_a1_;
 };
