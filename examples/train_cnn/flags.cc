@@ -149,7 +149,7 @@ void add_precision_flags(po::options_description& all, Flags& f, std::string& lo
       "precision", po::value(&f.precision)->default_value(f.precision),
       "fp32|bf16|fp16: the storage of activations, gradients and the weights the model computes "
       "with (fp32 master weights and optimizer either way); on the CPU bf16/fp16 are emulated by "
-      "rounding, the cuDNN model runs fp32 only")(
+      "rounding, the cuDNN model (--device cuda) computes in them on tensor cores")(
       "loss-scale", po::value(&loss_scale)->default_value("dynamic"),
       "with bf16/fp16: dynamic, or a fixed scale N > 0; the backward pass starts from loss x "
       "scale, gradients are unscaled and checked for Inf/NaN, and a step that overflows on any "

@@ -94,11 +94,7 @@ void MixedPrecision::before_backward(Network& net) {
 
 bool MixedPrecision::after_gradients(Network& net, int64_t step, Progress& progress) {
   if (!scaler_) return true;
-  std::vector<hvd::TensorRef> grads;
-  const size_t n = net.parameter_names().size();
-  grads.reserve(n);
-  for (size_t i = 0; i < n; ++i) grads.push_back(net.gradient(i));
-  bool overflow = scaler_->unscale(grads);
+  bool overflow = net.unscale_gradients(*scaler_);  // host tensors, or on the GPU
   overflow |= injected_.count({rank_, step}) > 0;
   const hvd::LossScaleStep d = scaler_->update(overflow);
   if (!d.skipped) return true;

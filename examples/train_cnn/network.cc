@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "hvd/config.h"
 #include "hvd/error.h"
@@ -28,7 +29,7 @@ constexpr const char* kCpuDescription = "cpu (OpenBLAS, 1 thread per rank)";
 // thread) and model::SgdMomentum over its flat parameter vector. Everything lives in host memory,
 // so the state is the model's and the optimizer's own vectors and there is nothing to copy.
 struct CpuDevice {
-  explicit CpuDevice(model::Model& /*net*/) {}
+  CpuDevice(model::Model& /*net*/, const NetworkOptions& /*options*/) {}
   static model::SgdMomentum make_optimizer(model::Model& net,
                                            const model::SgdMomentumOptions& options) {
     return model::SgdMomentum(net.num_parameters(), options);
@@ -56,6 +57,14 @@ int visible_cuda_devices() {
 }
 
 }  // namespace
+
+bool Network::unscale_gradients(const hvd::LossScaler& scaler) {
+  std::vector<hvd::TensorRef> grads;
+  const size_t n = parameter_names().size();
+  grads.reserve(n);
+  for (size_t i = 0; i < n; ++i) grads.push_back(gradient(i));
+  return scaler.unscale(grads);
+}
 
 DeviceChoice resolve_device(const std::string& requested, int local_rank) {
   DeviceChoice cpu{DeviceKind::kCpu, 0, kCpuDescription};
@@ -87,12 +96,6 @@ DeviceChoice resolve_device(const std::string& requested, int local_rank) {
 }
 
 std::unique_ptr<Network> make_network(const DeviceChoice& device, const NetworkOptions& options) {
-  if (device.kind == DeviceKind::kCuda && options.model.precision != model::Precision::kFp32)
-    throw hvd::InvalidArgumentError(
-        std::string("--precision ") + model::precision_name(options.model.precision) + " on " +
-        device.description +
-        ": mixed precision is not implemented for the cuDNN model yet (it computes in fp32). Use "
-        "--precision fp32 on the GPU, or --device cpu, where bf16 and fp16 are emulated.");
   switch (device.kind) {
     case DeviceKind::kCpu:
       return std::make_unique<CpuNetwork>(options);
@@ -100,7 +103,8 @@ std::unique_ptr<Network> make_network(const DeviceChoice& device, const NetworkO
 #if TRAIN_CNN_GPU_MODEL
       // GPU MODEL: gpu::CudnnModel behind the Network interface (gpu/cudnn_network.h): gradients
       // on the device with the model's stream, the optimizer on the device, state() in host
-      // mirrors synchronised by state_to_host()/state_from_host().
+      // mirrors synchronised by state_to_host()/state_from_host(); --precision bf16|fp16 computes
+      // in 16 bits on tensor cores (gpu/cudnn_model.h).
       return gpu::make_cudnn_network({.device = device.index}, options);
 #endif
       break;

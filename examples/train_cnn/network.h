@@ -22,6 +22,7 @@
 
 #include "data/batch_memory.h"
 #include "hvd/checkpoint.h"
+#include "hvd/loss_scaler.h"
 #include "hvd/tensor.h"
 #include "model/model.h"
 
@@ -45,6 +46,12 @@ struct NetworkOptions {
   model::ModelOptions model;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
+  // The dtype the trainer's strategy all-reduces the gradients in (StrategyOptions::gradient_dtype,
+  // --gradient-allreduce). The CPU network ignores it (the strategy rounds host gradients itself);
+  // the GPU network, whose gradients are on the device where the strategy cannot round them, hands
+  // out 16-bit device copies of its float32 gradients instead (gradient(i)) and widens them back in
+  // gradients_reduced().
+  hvd::DataType gradient_dtype = hvd::DataType::kFloat32;
 };
 
 class Network {
@@ -59,8 +66,8 @@ class Network {
   // Same seed -> same parameters on every rank.
   virtual void initialize(uint64_t seed) = 0;
   // Mixed precision (--precision, model/precision.h): the next backward() starts from the
-  // gradient of loss x scale. A network without loss scaling (the cuDNN model: fp32 only) throws
-  // hvd::InvalidArgumentError for a scale other than 1.
+  // gradient of loss x scale. A network without loss scaling throws hvd::InvalidArgumentError for a
+  // scale other than 1 (both of train_cnn's networks have it).
   virtual void set_loss_scale(float scale) = 0;
 
   // One training step: zero_gradients(); forward(host batch); backward(on_grad_ready) calls
@@ -71,6 +78,15 @@ class Network {
                                     int batch) = 0;
   virtual void backward(const std::function<void(size_t)>& on_grad_ready) = 0;
   virtual hvd::TensorRef gradient(size_t i) = 0;
+  // After the strategy's synchronize_gradients(), before the gradients are read: the GPU network
+  // widens gradients all-reduced in 16 bits (NetworkOptions::gradient_dtype) back into its float32
+  // gradients. Nothing on the CPU.
+  virtual void gradients_reduced() {}
+  // Mixed precision, after gradients_reduced(): multiplies every float32 gradient by
+  // 1 / scaler.scale() in place and returns true when any of them is Inf or NaN on this replica
+  // (local; the caller's scaler.update() agrees across ranks). The CPU network passes its host
+  // gradients to scaler.unscale(); the GPU network unscales and checks on its device.
+  virtual bool unscale_gradients(const hvd::LossScaler& scaler);
   virtual void optimizer_step(float lr) = 0;
 
   // The input pipeline's side (data/batch_loader.h). make_batch_memory: where the loaders put

@@ -6,7 +6,7 @@
 //
 // Model and Optimizer have the same member functions on both devices (the flat vectors are spans
 // on the CPU, device pointers on the GPU). Device holds what differs, constructed from the model
-// after the optimizer:
+// after the optimizer (Device(Model&, const NetworkOptions&)):
 //   static Optimizer make_optimizer(Model&, const model::SgdMomentumOptions&)
 //   std::string description(const Model&) const
 //   hvd::TensorRef gradient(Model&, size_t i) const    host memory, or device memory + stream
@@ -14,6 +14,10 @@
 //   std::span<float> velocity(Optimizer&)               optimizer's own vectors, or host mirrors
 //   void to_host(Model&, Optimizer&)                    fill the host state (no-op on the CPU)
 //   void from_host(Model&, Optimizer&)                  upload the host state (no-op on the CPU)
+// and optionally (the GPU's CudnnDevice; otherwise what Network does):
+//   void gradient_ready(Model&, size_t i)               gradient i is final, before on_grad_ready
+//   void gradients_reduced(Model&)                      Network::gradients_reduced()
+//   bool unscale_gradients(Model&, double scale)        Network::unscale_gradients()
 
 #include <functional>
 #include <memory>
@@ -38,7 +42,7 @@ class NetworkAdapter final : public Network {
       : net_(options.model, model_args...),
         opt_(Device::make_optimizer(
             net_, {.momentum = options.momentum, .weight_decay = options.weight_decay})),
-        device_(net_) {}
+        device_(net_, options) {}
 
   std::string description() const override { return device_.description(net_); }
   int64_t num_parameters() const override { return net_.num_parameters(); }
@@ -80,9 +84,27 @@ class NetworkAdapter final : public Network {
     return Network::forward_batch(batch);
   }
   void backward(const std::function<void(size_t)>& on_grad_ready) override {
-    net_.backward(on_grad_ready);
+    if constexpr (requires(Device & d, Model & m) { d.gradient_ready(m, size_t{0}); }) {
+      net_.backward([&](size_t i) {
+        device_.gradient_ready(net_, i);
+        if (on_grad_ready) on_grad_ready(i);
+      });
+    } else {
+      net_.backward(on_grad_ready);
+    }
   }
   hvd::TensorRef gradient(size_t i) override { return device_.gradient(net_, i); }
+  void gradients_reduced() override {
+    if constexpr (requires(Device & d, Model & m) { d.gradients_reduced(m); })
+      device_.gradients_reduced(net_);
+  }
+  bool unscale_gradients(const hvd::LossScaler& scaler) override {
+    if constexpr (requires(Device & d, Model & m) { d.unscale_gradients(m, 1.0); }) {
+      return device_.unscale_gradients(net_, scaler.scale());
+    } else {
+      return Network::unscale_gradients(scaler);
+    }
+  }
   void optimizer_step(float lr) override {
     opt_.step(net_.flat_parameters(), net_.flat_gradients(), lr);
   }

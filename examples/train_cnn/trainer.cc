@@ -57,6 +57,13 @@ int64_t meta_int(const std::map<std::string, std::string>& m, const std::string&
                       "', not an integer.");
 }
 
+// --gradient-allreduce as the strategy's (and the GPU network's) gradient dtype.
+hvd::DataType gradient_dtype(const Flags& flags) {
+  if (flags.gradient_allreduce == "bf16") return hvd::DataType::kBFloat16;
+  if (flags.gradient_allreduce == "fp16") return hvd::DataType::kFloat16;
+  return hvd::DataType::kFloat32;
+}
+
 }  // namespace
 
 struct Trainer::StepResult {
@@ -89,9 +96,7 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   so.base_learning_rate = flags_.lr;
   so.scale_learning_rate = flags_.lr_scaling;
   so.shuffle_seed = static_cast<uint64_t>(flags_.seed);
-  if (flags_.gradient_allreduce != "fp32")
-    so.gradient_dtype =
-        flags_.gradient_allreduce == "bf16" ? hvd::DataType::kBFloat16 : hvd::DataType::kFloat16;
+  so.gradient_dtype = gradient_dtype(flags_);
   std::string kind = flags_.strategy;
   if (kind == "auto") kind = hvd::cross_size() > 1 ? "multi-worker" : "mirrored";
   try {
@@ -177,6 +182,7 @@ void Trainer::setup_local() {
   no.momentum = static_cast<float>(flags_.momentum);
   no.weight_decay = static_cast<float>(flags_.weight_decay);
   no.model.precision = precision_->precision();
+  no.gradient_dtype = gradient_dtype(flags_);
   no.model.recompute = flags_.recompute;
   net_ = make_network(device_, no);
   names_ = net_->parameter_names();
@@ -297,6 +303,7 @@ Trainer::StepResult Trainer::train_step(data::BatchLoader& batches, double lr) {
   precision_->before_backward(*net_);
   net_->backward([&](size_t i) { strategy_->gradient_ready(names_[i], net_->gradient(i)); });
   strategy_->synchronize_gradients();
+  net_->gradients_reduced();  // the GPU network widens 16-bit all-reduced gradients
   metrics.wait();
   out.loss = step_metrics_[0] / step_metrics_[2];
   out.accuracy = step_metrics_[1] / step_metrics_[2];

@@ -1,5 +1,6 @@
 #include "gpu/cudnn_network.h"
 
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -7,6 +8,8 @@
 #include "gpu/batch_staging.h"
 #include "gpu/check.h"
 #include "gpu/cudnn_model.h"
+#include "gpu/kernels.h"
+#include "gpu/loss_scaling.h"
 #include "gpu/sgd_momentum.h"
 #include "network_adapter.h"
 
@@ -17,9 +20,20 @@ namespace {
 // stream), the state lives in host mirrors that to_host()/from_host() copy.
 class CudnnDevice {
  public:
-  explicit CudnnDevice(CudnnModel& net)
+  CudnnDevice(CudnnModel& net, const NetworkOptions& options)
       : host_params_(static_cast<size_t>(net.num_parameters())),
-        host_velocity_(host_params_.size()) {}
+        host_velocity_(host_params_.size()),
+        wire_dtype_(options.gradient_dtype) {
+    if (wire_dtype_ == hvd::DataType::kFloat32) return;
+    if (wire_dtype_ != hvd::DataType::kBFloat16 && wire_dtype_ != hvd::DataType::kFloat16) {
+      throw hvd::InvalidArgumentError(
+          std::string("--gradient-allreduce: the GPU network all-reduces gradients in fp32, bf16 "
+                      "or fp16, not ") +
+          hvd::dtype_name(wire_dtype_) + ".");
+    }
+    net.context().activate();
+    wire_.resize(static_cast<size_t>(net.num_parameters()));
+  }
 
   static SgdMomentum make_optimizer(CudnnModel& net, const model::SgdMomentumOptions& options) {
     return SgdMomentum(net.context(), net.num_parameters(), options);
@@ -27,10 +41,35 @@ class CudnnDevice {
   std::string description(const CudnnModel& net) const {
     return "cuda:" + std::to_string(net.device()) + " (cuDNN, cuBLAS)";
   }
-  hvd::TensorRef gradient(CudnnModel& net, size_t i) const {
+  hvd::TensorRef gradient(CudnnModel& net, size_t i) {
     const GpuParameterTensor& p = net.parameters().at(i);
+    if (wire_dtype_ != hvd::DataType::kFloat32) {
+      return hvd::TensorRef(wire_.data() + p.offset, wire_dtype_, p.shape,
+                            hvd::Device::cuda(net.device()), static_cast<void*>(net.stream()));
+    }
     return hvd::TensorRef(p.gradient, hvd::DataType::kFloat32, p.shape,
                           hvd::Device::cuda(net.device()), static_cast<void*>(net.stream()));
+  }
+  // Gradient i is final in stream order: its 16-bit copy for the all-reduce, queued behind it.
+  void gradient_ready(CudnnModel& net, size_t i) {
+    if (wire_dtype_ == hvd::DataType::kFloat32) return;
+    const GpuParameterTensor& p = net.parameters().at(i);
+    cast_float_to_half(p.gradient, wire_.data() + p.offset, p.size, wire_format(), net.stream());
+  }
+  // After the all-reduces (which hvd completes on the model's stream): the averaged 16-bit copies
+  // back into the float32 gradients (exact), one kernel over the flat vector.
+  void gradients_reduced(CudnnModel& net) {
+    if (wire_dtype_ == hvd::DataType::kFloat32) return;
+    net.context().activate();
+    cast_half_to_float(wire_.data(), net.flat_gradients(), net.num_parameters(), wire_format(),
+                       net.stream());
+  }
+  // Mixed precision: the float32 gradients times 1/scale and checked for Inf/NaN on the device,
+  // on the model's stream; waits for the one flag.
+  bool unscale_gradients(CudnnModel& net, double scale) {
+    net.context().activate();
+    if (!unscaler_) unscaler_.emplace();  // only runs with loss scaling need its buffers
+    return unscaler_->unscale(net.flat_gradients(), net.num_parameters(), scale, net.stream());
   }
   // Prefetched batches (data/batch_loader.h) staged in pinned memory and copied to the device by
   // the loader threads (gpu/batch_staging.h); the forward pass waits for the copy on the device.
@@ -56,7 +95,14 @@ class CudnnDevice {
   }
 
  private:
+  HalfFormat wire_format() const {
+    return wire_dtype_ == hvd::DataType::kBFloat16 ? HalfFormat::kBf16 : HalfFormat::kFp16;
+  }
+
   std::vector<float> host_params_, host_velocity_;
+  hvd::DataType wire_dtype_;    // NetworkOptions::gradient_dtype
+  DeviceArray<uint16_t> wire_;  // 16-bit copies of the gradients (flat layout), or empty
+  std::optional<DeviceGradientUnscaler> unscaler_;  // mixed precision: unscale + Inf/NaN check
 };
 
 }  // namespace

@@ -12,6 +12,13 @@
 //   state()          host mirrors of the parameters and the velocity (names as the CPU network);
 //                    state_to_host() fills them from the device, state_from_host() uploads them
 //   forward()        waits for the loss (the Network interface returns it)
+//   --precision      bf16 / fp16: the model computes in 16 bits on tensor cores, its gradients are
+//                    float32 (gpu/cudnn_model.h); unscale_gradients() unscales and checks them on
+//                    the device (gpu/loss_scaling.h), LossScaler::update() agrees across ranks
+//   gradient dtype   NetworkOptions::gradient_dtype bf16 / fp16 (--gradient-allreduce): gradient(i)
+//                    is a 16-bit device copy of the float32 gradient (rounded to nearest even as
+//                    the strategy rounds host gradients), all-reduced as such; gradients_reduced()
+//                    widens the averaged copies back into the float32 gradients
 
 #include <memory>
 
