@@ -6,24 +6,40 @@
 //   - a power-of-two loss scale is exact: the loss gradient times 2^k, then unscaled by the
 //     device unscale, gives back every gradient bitwise; no overflow is reported;
 //   - an Inf or NaN injected into one gradient (or an fp16 overflow made by the cast) is detected,
-//     wherever it is in the vector and whatever the launch's grid stride.
+//     wherever it is in the vector and whatever the launch's grid stride;
+//   - the cuDNN model in bf16 and fp16 (16-bit activations, gradients and compute weights on
+//     tensor cores) gives the CPU model's emulation of the same storage (model/precision.h) its
+//     loss, logits and every gradient within the tolerances of kMixedTolerance (same weights, same
+//     batch, a loss scale of 1024), its gradients are 16-bit values widened to float32, and the
+//     fp32 master weights are untouched by the step;
+//   - an overflow (fp16: the loss scale 2^24 overflows the 16-bit loss gradient; bf16: an Inf put
+//     into one gradient) is caught by the device unscale, the step is skipped (the weights stay
+//     bitwise) and the dynamic scale halves;
+//   - 300 steps of mixed-precision training with dynamic loss scaling on a learnable synthetic set
+//     bring the loss below half its start, in both formats.
 // Exits 77 (ctest: skipped) with a message when no CUDA device is visible; runs on device 0.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gpu/context.h"
+#include "gpu/cudnn_model.h"
 #include "gpu/device_buffer.h"
 #include "gpu/kernels.h"
 #include "gpu/loss_scaling.h"
+#include "gpu/sgd_momentum.h"
 #include "hvd/error.h"
+#include "hvd/loss_scaler.h"
+#include "model/model.h"
 #include "model/precision.h"
 
 namespace train_cnn::gpu {
@@ -177,6 +193,248 @@ TEST(LossScaling, InjectedOverflowIsDetected) {
   EXPECT_THROW(unscaler.unscale(d.data(), 1, 0.0, nullptr), hvd::InvalidArgumentError);
   EXPECT_THROW(unscaler.unscale(d.data(), 1, inf, nullptr), hvd::InvalidArgumentError);
 }
+
+// ---- The cuDNN model in bf16 / fp16 against the CPU emulation ----------------------------------
+
+model::Precision precision_of(HalfFormat f) {
+  return f == HalfFormat::kFp16 ? model::Precision::kFp16 : model::Precision::kBf16;
+}
+
+// How far the GPU model may be from the CPU emulation of the same 16-bit storage. Both round every
+// stored value to the same format, but the sums before each rounding run in different orders
+// (cuDNN and cuBLAS tensor-core kernels against im2col + OpenBLAS), so a value near a rounding
+// boundary lands one 16-bit ulp apart (2^-8 relative for bf16, 2^-11 for fp16), the GPU's bias is
+// added after the convolution's own rounding (one more rounding than the CPU), and the differences
+// grow through the layers; a pre-activation within that distance of zero may also take the other
+// ReLU branch. The bounds are a few ulps of each format: relative to the largest reference value
+// (logits), relative to max(1, loss), and in L2 relative to the reference norm (gradients, for
+// which a single flipped unit moves one element by a lot but the norm little). A wiring mistake
+// (a wrong type, scale or layout) is off by O(1). Measured values are printed for tightening.
+struct MixedTolerance {
+  double logits, loss, gradient_l2;
+};
+MixedTolerance tolerance(HalfFormat f) {
+  return f == HalfFormat::kBf16 ? MixedTolerance{3e-2, 3e-2, 5e-2}
+                                : MixedTolerance{5e-3, 5e-3, 1e-2};
+}
+
+std::vector<float> uniform(size_t n, uint32_t seed, float lo, float hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+std::vector<int32_t> labels_for(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = static_cast<int32_t>(rng() % 10u);
+  return v;
+}
+
+// max |got - want| / max(1, max |want|).
+double max_relative(const std::vector<float>& got, const std::vector<float>& want) {
+  double scale = 1.0, worst = 0.0;
+  for (float w : want) scale = std::max(scale, static_cast<double>(std::fabs(w)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(d <= worst)) worst = d;  // NaN too
+  }
+  return worst / scale;
+}
+
+// ||got - want|| / ||want||.
+double l2_relative(const float* got, const float* want, size_t n) {
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(got[i]) - want[i];
+    diff += d * d;
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+class MixedModelTest : public testing::TestWithParam<HalfFormat> {};
+
+TEST_P(MixedModelTest, OneStepMatchesTheCpuEmulationAndLeavesTheMasterWeights) {
+  const HalfFormat format = GetParam();
+  const model::Precision precision = precision_of(format);
+  const MixedTolerance tol = tolerance(format);
+  const model::ModelOptions options{.precision = precision};
+  model::Model cpu(options);
+  CudnnModel gpu(options, {.device = 0});
+  ASSERT_EQ(gpu.precision(), precision);
+  cpu.initialize(42);
+  gpu.initialize(42);
+  const float scale = 1024.0f;
+  cpu.set_loss_scale(scale);
+  gpu.set_loss_scale(scale);
+  std::vector<float> master(gpu.num_parameters());
+  gpu.copy_parameters_to_host(master);
+
+  for (int batch : {16, 5}) {  // a second, odd batch reuses the buffers
+    SCOPED_TRACE(std::string(model::precision_name(precision)) + " batch " + std::to_string(batch));
+    const auto images = uniform(static_cast<size_t>(batch) * cpu.input_size(), batch, 0.0f, 1.0f);
+    const auto labels = labels_for(static_cast<size_t>(batch), batch + 1);
+    cpu.zero_gradients();
+    gpu.zero_gradients();
+    const model::LossResult want = cpu.forward(images, labels, batch);
+    const model::LossResult got = gpu.forward(images, labels, batch);
+    const auto cpu_logits = cpu.logits();
+    const std::vector<float> want_logits(cpu_logits.begin(), cpu_logits.end());
+    const std::vector<float> got_logits = gpu.logits_to_host();
+    // The logits are 16-bit values on both sides.
+    std::vector<float> rounded = got_logits;
+    model::round_to_precision(precision, rounded);
+    expect_same_bits(got_logits, rounded, "GPU logits as 16-bit values");
+    const double logits_error = max_relative(got_logits, want_logits);
+    const double loss_error = std::fabs(got.loss - want.loss) / std::max(1.0, want.loss);
+    EXPECT_LE(logits_error, tol.logits);
+    EXPECT_LE(loss_error, tol.loss) << "GPU loss " << got.loss << ", CPU " << want.loss;
+
+    std::vector<size_t> order;
+    cpu.backward();
+    gpu.backward([&](size_t i) { order.push_back(i); });
+    EXPECT_EQ(order, (std::vector<size_t>{7, 6, 5, 4, 3, 2, 1, 0}));
+    std::vector<float> g(gpu.num_parameters());
+    gpu.copy_gradients_to_host(g);
+    std::vector<float> g16 = g;
+    model::round_to_precision(precision, g16);
+    expect_same_bits(g, g16, "GPU gradients as 16-bit values");
+    std::printf("%s batch %d: loss %.6f (CPU %.6f), logits %.3g, gradients (L2):",
+                model::precision_name(precision), batch, got.loss, want.loss, logits_error);
+    for (size_t i = 0; i < gpu.parameters().size(); ++i) {
+      const auto& p = gpu.parameters()[i];
+      const double e = l2_relative(g.data() + p.offset, cpu.parameters()[i].gradient.data(),
+                                   static_cast<size_t>(p.size));
+      std::printf(" %s %.3g", p.name.c_str(), e);
+      EXPECT_LE(e, tol.gradient_l2) << p.name << " gradient";
+    }
+    std::printf("\n");
+    std::vector<float> after(gpu.num_parameters());
+    gpu.copy_parameters_to_host(after);
+    expect_same_bits(after, master, "fp32 master weights after forward and backward");
+  }
+}
+
+TEST_P(MixedModelTest, AnOverflowSkipsTheStepAndHalvesTheScale) {
+  const HalfFormat format = GetParam();
+  const model::Precision precision = precision_of(format);
+  CudnnModel gpu({.precision = precision}, {.device = 0});
+  gpu.initialize(5);
+  SgdMomentum opt(gpu.context(), gpu.num_parameters(), {.momentum = 0.9f, .weight_decay = 5e-4f});
+  hvd::LossScaler scaler({.initial_scale = 16777216.0});  // 2^24, the maximum
+  DeviceGradientUnscaler unscaler;
+  std::vector<float> before(gpu.num_parameters()), after(before.size());
+  gpu.copy_parameters_to_host(before);
+
+  const int batch = 16;
+  const auto images = uniform(static_cast<size_t>(batch) * gpu.input_size(), 3, 0.0f, 1.0f);
+  const auto labels = labels_for(batch, 4);
+  gpu.zero_gradients();
+  gpu.set_loss_scale(static_cast<float>(scaler.scale()));
+  gpu.forward(images, labels, batch);
+  gpu.backward();
+  if (format == HalfFormat::kBf16) {
+    // bf16 has float32's range: 2^24 x (a loss gradient of at most 1/16) does not overflow it, so
+    // the overflow is injected into one gradient, as a layer's Inf would reach it.
+    const float inf = std::numeric_limits<float>::infinity();
+    const GpuParameterTensor& p = gpu.parameters()[2];
+    ASSERT_EQ(
+        cudaMemcpyAsync(p.gradient + 17, &inf, sizeof inf, cudaMemcpyHostToDevice, gpu.stream()),
+        cudaSuccess);
+  }
+  // fp16: 2^24 / 16 = 2^20 > 65504, so the 16-bit loss gradient itself overflows.
+  const bool overflow =
+      unscaler.unscale(gpu.flat_gradients(), gpu.num_parameters(), scaler.scale(), gpu.stream());
+  EXPECT_TRUE(overflow);
+  scaler.advance(overflow);  // update()'s schedule, without the all-reduce of a one-rank test
+  if (!overflow) opt.step(gpu.flat_parameters(), gpu.flat_gradients(), 0.05f);
+  EXPECT_EQ(scaler.scale(), 8388608.0);  // 2^23
+  EXPECT_EQ(scaler.skipped_steps(), 1);
+  gpu.copy_parameters_to_host(after);
+  expect_same_bits(after, before, "weights after the skipped step");
+
+  // The next step at a sane scale passes the check and the optimizer moves the weights.
+  hvd::LossScaler sane({.initial_scale = 1024.0});
+  gpu.zero_gradients();
+  gpu.set_loss_scale(static_cast<float>(sane.scale()));
+  gpu.forward(images, labels, batch);
+  gpu.backward();
+  EXPECT_FALSE(
+      unscaler.unscale(gpu.flat_gradients(), gpu.num_parameters(), sane.scale(), gpu.stream()));
+  opt.step(gpu.flat_parameters(), gpu.flat_gradients(), 0.05f);
+  gpu.copy_parameters_to_host(after);
+  EXPECT_NE(after, before);
+}
+
+// A learnable set: ten fixed random prototypes, each image half its class's prototype and half
+// uniform noise.
+struct SyntheticSet {
+  std::vector<float> images;
+  std::vector<int32_t> labels;
+};
+SyntheticSet synthetic(int count, int64_t image_size, uint32_t seed) {
+  const std::vector<float> prototypes = uniform(static_cast<size_t>(10 * image_size), 99, 0, 1);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> noise(0.0f, 1.0f);
+  SyntheticSet s;
+  s.labels = labels_for(static_cast<size_t>(count), seed + 1);
+  s.images.resize(static_cast<size_t>(count * image_size));
+  for (int n = 0; n < count; ++n)
+    for (int64_t i = 0; i < image_size; ++i)
+      s.images[n * image_size + i] =
+          0.5f * prototypes[s.labels[n] * image_size + i] + 0.5f * noise(rng);
+  return s;
+}
+
+TEST_P(MixedModelTest, ThreeHundredStepsWithDynamicLossScalingReduceTheLoss) {
+  const HalfFormat format = GetParam();
+  CudnnModel gpu({.precision = precision_of(format)}, {.device = 0});
+  gpu.initialize(42);
+  SgdMomentum opt(gpu.context(), gpu.num_parameters(), {.momentum = 0.9f, .weight_decay = 5e-4f});
+  hvd::LossScaler scaler({.initial_scale = 65536.0, .growth_interval = 100});
+  DeviceGradientUnscaler unscaler;
+  const int batch = 32, steps = 300;
+  const SyntheticSet set = synthetic(batch * steps, gpu.input_size(), 7);
+  std::vector<double> losses;
+  for (int step = 0; step < steps; ++step) {
+    const size_t first = static_cast<size_t>(step) * batch;
+    gpu.zero_gradients();
+    gpu.set_loss_scale(static_cast<float>(scaler.scale()));
+    const double loss =
+        gpu.forward(std::span<const float>(set.images)
+                        .subspan(first * gpu.input_size(), batch * gpu.input_size()),
+                    std::span<const int32_t>(set.labels).subspan(first, batch), batch)
+            .loss;
+    ASSERT_TRUE(std::isfinite(loss)) << "step " << step;
+    losses.push_back(loss);
+    gpu.backward();
+    const bool overflow =
+        unscaler.unscale(gpu.flat_gradients(), gpu.num_parameters(), scaler.scale(), gpu.stream());
+    scaler.advance(overflow);
+    if (!overflow) opt.step(gpu.flat_parameters(), gpu.flat_gradients(), 0.01f);
+  }
+  auto mean = [&](int from, int to) {
+    double s = 0;
+    for (int i = from; i < to; ++i) s += losses[i];
+    return s / (to - from);
+  };
+  const double start = mean(0, 5), end = mean(steps - 20, steps);
+  std::printf(
+      "%s: loss %.4f over the first 5 steps, %.4f over the last 20; %lld skipped, scale %g\n",
+      model::precision_name(precision_of(format)), start, end,
+      static_cast<long long>(scaler.skipped_steps()), scaler.scale());
+  EXPECT_LT(end, 0.5 * start);
+  EXPECT_LT(scaler.skipped_steps(), 30);  // overflows are rare events, not the rule
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, MixedModelTest,
+                         testing::Values(HalfFormat::kFp16, HalfFormat::kBf16),
+                         [](const testing::TestParamInfo<HalfFormat>& info) {
+                           return info.param == HalfFormat::kFp16 ? "fp16" : "bf16";
+                         });
 
 }  // namespace
 }  // namespace train_cnn::gpu

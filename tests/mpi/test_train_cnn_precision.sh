@@ -32,12 +32,22 @@
 #   MODE errors        bad --precision values and flag combinations, a malformed test hook: a
 #                      non-zero exit within 60 s and the message from every rank.
 # COMPARE is test_train_cnn_compare (A B TOLERANCE|bitwise).
+#
+# TRAIN_CNN_DEVICE (default cpu: the CPU model's emulation of 16-bit storage) is every run's
+# --device; with cuda the cuDNN model computes in bf16/fp16 on the GPU (label gpu in
+# tests/mpi/CMakeLists.txt), and without a visible NVIDIA GPU the script prints SKIPPED and exits
+# 77. Several ranks on one GPU need HVD_GPU_OPERATIONS=MPI (NCCL refuses two ranks on a device).
 set -uo pipefail
 
 mode=$1 train_cnn=$2 compare=$3 workdir=$4 np=$5
 shift 5
 mpiexec=("$@")
 data_dir=${TRAIN_CNN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+device=${TRAIN_CNN_DEVICE:-cpu}
+if [[ $device == cuda ]] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "SKIPPED: TRAIN_CNN_DEVICE=cuda but no NVIDIA GPU is visible (nvidia-smi -L lists none)"
+  exit 77
+fi
 
 rm -rf "$workdir"
 mkdir -p "$workdir"
@@ -51,7 +61,7 @@ fail() {
 mpi() { # mpi NP ARGS...: train_cnn on NP ranks
   local n=$1
   shift
-  "${mpiexec[@]}" -np "$n" "$train_cnn" "$@"
+  "${mpiexec[@]}" -np "$n" "$train_cnn" --device "$device" "$@"
 }
 
 if [[ -e $data_dir/train-images-idx3-ubyte.gz || -e $data_dir/train-images-idx3-ubyte ]]; then
