@@ -36,6 +36,7 @@
 #include "gpu/device_buffer.h"
 #include "gpu/kernels.h"
 #include "gpu/loss_scaling.h"
+#include "gpu/relu.h"
 #include "gpu/sgd_momentum.h"
 #include "hvd/error.h"
 #include "hvd/loss_scaler.h"
@@ -192,6 +193,70 @@ TEST(LossScaling, InjectedOverflowIsDetected) {
   EXPECT_FALSE(unscaler.unscale(nullptr, 0, 2.0, nullptr));
   EXPECT_THROW(unscaler.unscale(d.data(), 1, 0.0, nullptr), hvd::InvalidArgumentError);
   EXPECT_THROW(unscaler.unscale(d.data(), 1, inf, nullptr), hvd::InvalidArgumentError);
+}
+
+// ReLU on 16-bit values, by CudnnRelu (cuDNN with a 16-bit descriptor, or its own kernels where
+// cuDNN refuses the type) and by the kernels directly: bitwise the CPU ReLU of the same values,
+// in place, NaN kept, the backward pass routing dy where y > 0.
+TEST_P(CastTest, SixteenBitReluMatchesTheCpuReluBitwiseInPlace) {
+  const HalfFormat format = GetParam();
+  const model::Precision precision =
+      format == HalfFormat::kFp16 ? model::Precision::kFp16 : model::Precision::kBf16;
+  const int channels = 3, height = 5, width = 7, batch = 4;
+  const size_t n = static_cast<size_t>(channels) * height * width * batch;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(n), dy(n);
+  for (float& v : x) v = u(rng);
+  for (float& v : dy) v = u(rng);
+  x[0] = 0.0f;
+  x[1] = -0.0f;
+  x[2] = std::numeric_limits<float>::quiet_NaN();
+  model::round_to_precision(precision, x);
+  model::round_to_precision(precision, dy);
+  std::vector<float> want_y(n), want_dx(n);
+  for (size_t i = 0; i < n; ++i) {
+    want_y[i] = std::isnan(x[i]) ? x[i] : (x[i] > 0.0f ? x[i] : 0.0f);
+    want_dx[i] = want_y[i] > 0.0f ? dy[i] : 0.0f;
+  }
+  CudaContext ctx({.device = 0});
+  DeviceArray<float> d_x = upload(x), d_dy = upload(dy), d_back(n);
+  DeviceArray<uint16_t> h_x(n), h_dy(n);
+  for (int own = 0; own < 2; ++own) {
+    SCOPED_TRACE(own ? "relu_forward_half / relu_backward_half" : "CudnnRelu");
+    cast_float_to_half(d_x.data(), h_x.data(), static_cast<int64_t>(n), format, ctx.stream());
+    cast_float_to_half(d_dy.data(), h_dy.data(), static_cast<int64_t>(n), format, ctx.stream());
+    if (own) {
+      relu_forward_half(h_x.data(), h_x.data(), static_cast<int64_t>(n), format, ctx.stream());
+    } else {
+      CudnnRelu relu(ctx, channels, height, width, precision);
+      relu.forward(h_x.data(), h_x.data(), batch);
+      ctx.synchronize();
+    }
+    cast_half_to_float(h_x.data(), d_back.data(), static_cast<int64_t>(n), format, ctx.stream());
+    ctx.synchronize();
+    // -0 may come back as +0 or -0 (both are "not > 0"): compare values, NaN as NaN.
+    std::vector<float> y = download(d_back, n);
+    for (size_t i = 0; i < n; ++i) {
+      if (y[i] == 0.0f) y[i] = 0.0f;
+    }
+    expect_same_bits(y, want_y, "ReLU forward");
+    if (own) {
+      relu_backward_half(h_x.data(), h_dy.data(), h_dy.data(), static_cast<int64_t>(n), format,
+                         ctx.stream());
+    } else {
+      CudnnRelu relu(ctx, channels, height, width, precision);
+      relu.backward(h_x.data(), h_dy.data(), h_dy.data(), batch);
+    }
+    cast_half_to_float(h_dy.data(), d_back.data(), static_cast<int64_t>(n), format, ctx.stream());
+    ctx.synchronize();
+    std::vector<float> dx = download(d_back, n);
+    for (size_t i = 0; i < n; ++i) {
+      if (dx[i] == 0.0f) dx[i] = 0.0f;
+    }
+    dx[2] = want_dx[2];  // below a NaN activation, cuDNN may propagate the NaN or not
+    expect_same_bits(dx, want_dx, "ReLU backward");
+  }
 }
 
 // ---- The cuDNN model in bf16 / fp16 against the CPU emulation ----------------------------------

@@ -194,6 +194,24 @@ __global__ void bias_grad_half_kernel(const T* dy, T* bias_grad, int batch, int 
   if (threadIdx.x == 0) bias_grad[c] = from_float<T>(__fadd_rn(to_float(bias_grad[c]), partial[0]));
 }
 
+template <class T>
+__global__ void relu_forward_half_kernel(const T* x, T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const T v = x[i];
+    const float f = to_float(v);
+    y[i] = (f > 0.0f || f != f) ? v : from_float<T>(0.0f);  // NaN propagated, as cuDNN's
+  }
+}
+
+template <class T>
+__global__ void relu_backward_half_kernel(const T* y, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    dx[i] = to_float(y[i]) > 0.0f ? dy[i] : from_float<T>(0.0f);
+  }
+}
+
 __global__ void scale_kernel(float* x, int64_t n, float factor) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -312,6 +330,32 @@ void bias_grad_half(const void* dy, void* bias_grad_out, int batch, int channels
     bias_grad_half_kernel<<<channels, kThreads, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(dy), static_cast<__nv_bfloat16*>(bias_grad_out), batch,
         channels, spatial);
+  }
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void relu_forward_half(const void* x, void* y, int64_t n, HalfFormat format, cudaStream_t stream) {
+  if (n == 0) return;
+  if (format == HalfFormat::kFp16) {
+    relu_forward_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __half*>(x),
+                                                                     static_cast<__half*>(y), n);
+  } else {
+    relu_forward_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(y), n);
+  }
+  CNN_CUDA_CHECK(cudaGetLastError());
+}
+
+void relu_backward_half(const void* y, const void* dy, void* dx, int64_t n, HalfFormat format,
+                        cudaStream_t stream) {
+  if (n == 0) return;
+  if (format == HalfFormat::kFp16) {
+    relu_backward_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const __half*>(y), static_cast<const __half*>(dy), static_cast<__half*>(dx), n);
+  } else {
+    relu_backward_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(dy),
+        static_cast<__nv_bfloat16*>(dx), n);
   }
   CNN_CUDA_CHECK(cudaGetLastError());
 }

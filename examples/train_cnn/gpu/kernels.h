@@ -70,6 +70,13 @@ void bias_add_half(void* y, const void* bias, int batch, int channels, int spati
 void bias_grad_half(const void* dy, void* bias_grad, int batch, int channels, int spatial,
                     HalfFormat format, cudaStream_t stream);
 
+// ReLU on n 16-bit values of `format`, CudnnRelu's stand-in where cuDNN refuses the 16-bit type
+// (gpu/relu.h): y = x where x > 0 or x is NaN, else +0; dx = dy where y > 0, else +0. Values are
+// only copied or zeroed (exact); in place (y == x, dx == dy) is allowed.
+void relu_forward_half(const void* x, void* y, int64_t n, HalfFormat format, cudaStream_t stream);
+void relu_backward_half(const void* y, const void* dy, void* dx, int64_t n, HalfFormat format,
+                        cudaStream_t stream);
+
 // x[i] *= factor, one rounded multiply (exact for a power-of-two factor without overflow or
 // underflow): the loss gradient times the loss scale.
 void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream);

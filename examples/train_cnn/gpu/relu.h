@@ -7,7 +7,10 @@
 // context's stream. One instance per place in the network: the per-sample shape [C, H, W] is fixed
 // at construction (the descriptors carry the real NCHW shape, as cuDNN expects), and so is the
 // storage type (model::Precision: float32, or 16-bit values with float alpha/beta, gpu/data_type.h;
-// ReLU only copies or zeroes values, so 16-bit results are exact).
+// ReLU only copies or zeroes values, so 16-bit results are exact). Should cuDNN refuse a 16-bit
+// type (a NOT_SUPPORTED or BAD_PARAM status on the first 16-bit call; cuDNN 9's legacy activation
+// calls are documented for HALF, BFLOAT16 has not been confirmed on a device), the layer switches
+// to gpu/kernels.h's relu_forward_half / relu_backward_half for good: the same values.
 
 #include <cstdint>
 
@@ -37,6 +40,7 @@ class CudnnRelu {
   ActivationDescriptor act_desc_;
   TensorDescriptor desc_;
   int batch_ = -1;
+  bool own_kernels_ = false;  // 16-bit only: cuDNN refused the type, our kernels run instead
 };
 
 }  // namespace train_cnn::gpu
