@@ -12,14 +12,12 @@ void TensorQueue::throw_in_flight(const TensorTableEntry& e, int rank) {
                              "a unique name.");
 }
 
-template <typename Append>
-bool TensorQueue::note_requests(size_t count, Append append) {
-  if (count == 0) return false;
-  const auto now = std::chrono::steady_clock::now();
+bool TensorQueue::push_request_locked(Request&& request, std::chrono::steady_clock::time_point now) {
   const bool first = requests_.empty();
   if (first) first_request_ = now;
   last_request_ = now;
-  append(now);
+  request.submitted = now;
+  requests_.push_back(std::move(request));
   return first;
 }
 
@@ -34,12 +32,10 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
       throw_in_flight(e, requests.empty() ? -1 : requests[0].rank);
   }
   for (auto& e : entries) insert_locked(std::move(e), -1);  // checked above: cannot throw
-  return note_requests(requests.size(), [&](std::chrono::steady_clock::time_point now) {
-    for (auto& r : requests) {
-      r.submitted = now;
-      requests_.push_back(std::move(r));
-    }
-  });
+  const auto now = std::chrono::steady_clock::now();
+  bool first = false;
+  for (auto& r : requests) first = push_request_locked(std::move(r), now) || first;
+  return first;
 }
 
 void TensorQueue::insert_locked(TensorTableEntry&& entry, int rank) {
@@ -76,10 +72,7 @@ void TensorQueue::add_entry(TensorTableEntry entry, int rank) {
 bool TensorQueue::add_one(TensorTableEntry entry, Request request) {
   std::lock_guard<std::mutex> lock(mu_);
   insert_locked(std::move(entry), request.rank);
-  return note_requests(1, [&](std::chrono::steady_clock::time_point now) {
-    request.submitted = now;
-    requests_.push_back(std::move(request));
-  });
+  return push_request_locked(std::move(request), std::chrono::steady_clock::now());
 }
 
 void TensorQueue::pop_requests(std::vector<Request>* out) {

@@ -76,10 +76,9 @@ class TensorQueue {
   TensorTableEntry remove_locked(uint32_t i);
   std::vector<Request> requests_;
   std::chrono::steady_clock::time_point first_request_, last_request_;  // of requests_
-  // Under mu_: stamps the requests and appends them; returns whether they are the first since the
-  // last pop_requests().
-  template <typename Append>
-  bool note_requests(size_t count, Append append);
+  // Under mu_: stamps the request with `now` and appends it; returns whether it is the first since
+  // the last pop_requests().
+  bool push_request_locked(Request&& request, std::chrono::steady_clock::time_point now);
   [[noreturn]] static void throw_in_flight(const TensorTableEntry& e, int rank);
   void insert_locked(TensorTableEntry&& entry, int rank);  // under mu_: checks, then inserts
 
