@@ -12,7 +12,8 @@ void TensorQueue::throw_in_flight(const TensorTableEntry& e, int rank) {
                              "a unique name.");
 }
 
-bool TensorQueue::push_request_locked(Request&& request, std::chrono::steady_clock::time_point now) {
+bool TensorQueue::push_request_locked(Request&& request,
+                                      std::chrono::steady_clock::time_point now) {
   const bool first = requests_.empty();
   if (first) first_request_ = now;
   last_request_ = now;
