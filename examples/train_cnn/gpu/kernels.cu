@@ -17,25 +17,44 @@ int blocks_for(int64_t n) {
   return static_cast<int>(b < 65535 * 16 ? (b > 0 ? b : 1) : 65535 * 16);
 }
 
-__global__ void bias_add_kernel(float* y, const float* bias, int64_t total, int channels,
-                                int spatial) {
+__device__ float to_float(float x) { return x; }
+__device__ float to_float(__half x) { return __half2float(x); }
+__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class T>
+__device__ T from_float(float x);
+template <>
+__device__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// T = float, __half or __nv_bfloat16: each value is computed in fp32 and rounded once to T.
+template <class T>
+__global__ void bias_add_kernel(T* y, const T* bias, int64_t total, int channels, int spatial) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int c = static_cast<int>((i / spatial) % channels);
-    y[i] = __fadd_rn(y[i], bias[c]);
+    y[i] = from_float<T>(__fadd_rn(to_float(y[i]), to_float(bias[c])));
   }
 }
 
-// One block per channel.
-__global__ void bias_grad_kernel(const float* dy, float* bias_grad, int batch, int channels,
-                                 int spatial) {
+// One block per channel, summed in fp32 in a fixed order (a tree over kThreads partial sums).
+template <class T>
+__global__ void bias_grad_kernel(const T* dy, T* bias_grad, int batch, int channels, int spatial) {
   __shared__ float partial[kThreads];
   const int c = blockIdx.x;
   const int64_t per_channel = int64_t{batch} * spatial;
   float sum = 0.0f;
   for (int64_t i = threadIdx.x; i < per_channel; i += kThreads) {
     const int64_t n = i / spatial, s = i % spatial;
-    sum += dy[(n * channels + c) * spatial + s];
+    sum += to_float(dy[(n * channels + c) * spatial + s]);
   }
   partial[threadIdx.x] = sum;
   __syncthreads();
@@ -43,7 +62,7 @@ __global__ void bias_grad_kernel(const float* dy, float* bias_grad, int batch, i
     if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
     __syncthreads();
   }
-  if (threadIdx.x == 0) bias_grad[c] += partial[0];
+  if (threadIdx.x == 0) bias_grad[c] = from_float<T>(__fadd_rn(to_float(bias_grad[c]), partial[0]));
 }
 
 __global__ void cross_entropy_stats_kernel(const float* logits, const float* log_probs,
@@ -148,50 +167,6 @@ __global__ void round_to_half_kernel(float* x, int64_t n, bool bf16) {
        i += int64_t{gridDim.x} * blockDim.x) {
     x[i] = bf16 ? __bfloat162float(__float2bfloat16_rn(x[i])) : __half2float(__float2half_rn(x[i]));
   }
-}
-
-__device__ float to_float(__half x) { return __half2float(x); }
-__device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class T>
-__device__ T from_float(float x);
-template <>
-__device__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
-template <class T>
-__global__ void bias_add_half_kernel(T* y, const T* bias, int64_t total, int channels,
-                                     int spatial) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const int c = static_cast<int>((i / spatial) % channels);
-    y[i] = from_float<T>(__fadd_rn(to_float(y[i]), to_float(bias[c])));
-  }
-}
-
-// One block per channel: bias_grad_kernel's order, reading 16-bit dy.
-template <class T>
-__global__ void bias_grad_half_kernel(const T* dy, T* bias_grad, int batch, int channels,
-                                      int spatial) {
-  __shared__ float partial[kThreads];
-  const int c = blockIdx.x;
-  const int64_t per_channel = int64_t{batch} * spatial;
-  float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < per_channel; i += kThreads) {
-    const int64_t n = i / spatial, s = i % spatial;
-    sum += to_float(dy[(n * channels + c) * spatial + s]);
-  }
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
-    if (threadIdx.x < width) partial[threadIdx.x] += partial[threadIdx.x + width];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) bias_grad[c] = from_float<T>(__fadd_rn(to_float(bias_grad[c]), partial[0]));
 }
 
 template <class T>
@@ -309,10 +284,10 @@ void bias_add_half(void* y, const void* bias, int batch, int channels, int spati
   const int64_t total = int64_t{batch} * channels * spatial;
   if (total == 0) return;
   if (format == HalfFormat::kFp16) {
-    bias_add_half_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
+    bias_add_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<__half*>(y), static_cast<const __half*>(bias), total, channels, spatial);
   } else {
-    bias_add_half_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
+    bias_add_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<__nv_bfloat16*>(y), static_cast<const __nv_bfloat16*>(bias), total, channels,
         spatial);
   }
@@ -323,13 +298,13 @@ void bias_grad_half(const void* dy, void* bias_grad_out, int batch, int channels
                     HalfFormat format, cudaStream_t stream) {
   if (batch == 0 || channels == 0 || spatial == 0) return;
   if (format == HalfFormat::kFp16) {
-    bias_grad_half_kernel<<<channels, kThreads, 0, stream>>>(static_cast<const __half*>(dy),
-                                                             static_cast<__half*>(bias_grad_out),
-                                                             batch, channels, spatial);
+    bias_grad_kernel<<<channels, kThreads, 0, stream>>>(static_cast<const __half*>(dy),
+                                                        static_cast<__half*>(bias_grad_out), batch,
+                                                        channels, spatial);
   } else {
-    bias_grad_half_kernel<<<channels, kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(dy), static_cast<__nv_bfloat16*>(bias_grad_out), batch,
-        channels, spatial);
+    bias_grad_kernel<<<channels, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(dy),
+                                                        static_cast<__nv_bfloat16*>(bias_grad_out),
+                                                        batch, channels, spatial);
   }
   CNN_CUDA_CHECK(cudaGetLastError());
 }
