@@ -52,7 +52,7 @@ void ResponseCache::put(const Response& single) {
     erase(pos);
   }
   lru_.push_front(pos);
-  slots_[pos] = Slot{single, h, lru_.begin()};
+  slots_[pos] = Slot{single, lru_.begin()};
   by_name_.insert(h, pos);
 }
 
@@ -63,7 +63,7 @@ void ResponseCache::touch(uint32_t position) {
 
 void ResponseCache::erase(uint32_t position) {
   if (!occupied(position)) return;
-  by_name_.erase(slots_[position]->name_hash, position);
+  by_name_.erase(NameIndex::hash(slots_[position]->response.names[0]), position);
   lru_.erase(slots_[position]->lru);
   slots_[position].reset();
 }

@@ -54,7 +54,6 @@ class ResponseCache {
  private:
   struct Slot {
     Response response;
-    uint64_t name_hash;
     std::list<uint32_t>::iterator lru;
   };
   int64_t find(const std::string& name, uint64_t h) const {

@@ -280,7 +280,6 @@ void Runtime::loop() {
     for (long cycles = 0;; ++cycles) {
       if (cycles == pause.cycle)
         std::this_thread::sleep_for(std::chrono::duration<double>(pause.seconds));
-      auto start = clock::now();
       bool shutdown = false;
       {
         // The cycle's MPI calls and the executor's take turns with a one-rank job's inline

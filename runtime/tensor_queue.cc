@@ -25,14 +25,16 @@ bool TensorQueue::push_request_locked(Request&& request,
 bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request> requests) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) detail::throw_error(close_kind_, close_message_);
+  std::vector<uint64_t> hashes(entries.size());
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
+    hashes[i] = NameIndex::hash(e.name);
     bool twice_here = false;
     for (size_t j = 0; j < i; ++j) twice_here = twice_here || entries[j].name == e.name;
-    if (find_locked(e.name, NameIndex::hash(e.name)) >= 0 || twice_here)
+    if (find_locked(e.name, hashes[i]) >= 0 || twice_here)
       throw_in_flight(e, requests.empty() ? -1 : requests[0].rank);
   }
-  for (auto& e : entries) insert_locked(std::move(e), -1);  // checked above: cannot throw
+  for (size_t i = 0; i < entries.size(); ++i) place_locked(std::move(entries[i]), hashes[i]);
   const auto now = std::chrono::steady_clock::now();
   bool first = false;
   for (auto& r : requests) first = push_request_locked(std::move(r), now) || first;
@@ -43,6 +45,10 @@ void TensorQueue::insert_locked(TensorTableEntry&& entry, int rank) {
   if (closed_) detail::throw_error(close_kind_, close_message_);
   const uint64_t h = NameIndex::hash(entry.name);
   if (find_locked(entry.name, h) >= 0) throw_in_flight(entry, rank);
+  place_locked(std::move(entry), h);
+}
+
+void TensorQueue::place_locked(TensorTableEntry&& entry, uint64_t h) {
   uint32_t i;
   if (!free_.empty()) {
     i = free_.back();
@@ -52,17 +58,15 @@ void TensorQueue::insert_locked(TensorTableEntry&& entry, int rank) {
     slots_.emplace_back();
   }
   slots_[i].entry = std::move(entry);
-  slots_[i].hash = h;
   slots_[i].used = true;
   index_.insert(h, i);
 }
 
-TensorTableEntry TensorQueue::remove_locked(uint32_t i) {
-  Slot& s = slots_[i];
-  index_.erase(s.hash, i);
-  s.used = false;
+TensorTableEntry TensorQueue::remove_locked(uint32_t i, uint64_t h) {
+  index_.erase(h, i);
+  slots_[i].used = false;
   free_.push_back(i);
-  return std::move(s.entry);
+  return std::move(slots_[i].entry);
 }
 
 void TensorQueue::add_entry(TensorTableEntry entry, int rank) {
@@ -90,9 +94,10 @@ TensorQueue::Waiting TensorQueue::waiting() const {
 
 std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  const int64_t i = find_locked(name, NameIndex::hash(name));
+  const uint64_t h = NameIndex::hash(name);
+  const int64_t i = find_locked(name, h);
   if (i < 0) return std::nullopt;
-  return remove_locked(static_cast<uint32_t>(i));
+  return remove_locked(static_cast<uint32_t>(i), h);
 }
 
 void TensorQueue::take_all(const std::vector<std::string>& names,
@@ -100,9 +105,10 @@ void TensorQueue::take_all(const std::vector<std::string>& names,
   out->resize(names.size());
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < names.size(); ++i) {
-    const int64_t at = find_locked(names[i], NameIndex::hash(names[i]));
+    const uint64_t h = NameIndex::hash(names[i]);
+    const int64_t at = find_locked(names[i], h);
     if (at >= 0)
-      (*out)[i] = remove_locked(static_cast<uint32_t>(at));
+      (*out)[i] = remove_locked(static_cast<uint32_t>(at), h);
     else
       (*out)[i].reset();
   }

@@ -60,11 +60,10 @@ class TensorQueue {
 
  private:
   mutable std::mutex mu_;
-  // The entries in flight: a slab of slots reused through a free list, found by name through
-  // index_ (no node and no copy of the name per tensor; runtime/name_index.h).
+  // The entries in flight: a slab of slots (empty ones reused through a free list), found by name
+  // through index_ (no node and no copy of the name per tensor; runtime/name_index.h).
   struct Slot {
-    TensorTableEntry entry;
-    uint64_t hash = 0;
+    TensorTableEntry entry;  // moved out (empty) while the slot is free
     bool used = false;
   };
   std::vector<Slot> slots_;
@@ -73,7 +72,8 @@ class TensorQueue {
   int64_t find_locked(const std::string& name, uint64_t h) const {
     return index_.find(h, [&](uint32_t i) { return slots_[i].entry.name == name; });
   }
-  TensorTableEntry remove_locked(uint32_t i);
+  void place_locked(TensorTableEntry&& entry, uint64_t h);  // h: the name's hash, not in index_
+  TensorTableEntry remove_locked(uint32_t i, uint64_t h);   // h: the name's hash
   std::vector<Request> requests_;
   std::chrono::steady_clock::time_point first_request_, last_request_;  // of requests_
   // Under mu_: stamps the request with `now` and appends it; returns whether it is the first since
