@@ -134,31 +134,13 @@ __global__ void sgd_momentum_kernel(float* params, const float* grads, float* ve
   }
 }
 
-__global__ void float_to_fp16_kernel(const float* in, __half* out, int64_t n) {
+// Element-wise conversion between float, __half and __nv_bfloat16: widened exactly, narrowed with
+// round-to-nearest-even (the CPU emulation's rounding, model/precision.h).
+template <class From, class To>
+__global__ void convert_kernel(const From* in, To* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = __float2half_rn(in[i]);
-  }
-}
-
-__global__ void float_to_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = __float2bfloat16_rn(in[i]);
-  }
-}
-
-__global__ void fp16_to_float_kernel(const __half* in, float* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = __half2float(in[i]);
-  }
-}
-
-__global__ void bf16_to_float_kernel(const __nv_bfloat16* in, float* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = __bfloat162float(in[i]);
+    out[i] = from_float<To>(to_float(in[i]));
   }
 }
 
@@ -252,10 +234,9 @@ void cast_float_to_half(const float* in, void* out, int64_t n, HalfFormat format
                         cudaStream_t stream) {
   if (n == 0) return;
   if (format == HalfFormat::kFp16) {
-    float_to_fp16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(in, static_cast<__half*>(out), n);
+    convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(in, static_cast<__half*>(out), n);
   } else {
-    float_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        in, static_cast<__nv_bfloat16*>(out), n);
+    convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out), n);
   }
   CNN_CUDA_CHECK(cudaGetLastError());
 }
@@ -264,11 +245,10 @@ void cast_half_to_float(const void* in, float* out, int64_t n, HalfFormat format
                         cudaStream_t stream) {
   if (n == 0) return;
   if (format == HalfFormat::kFp16) {
-    fp16_to_float_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __half*>(in),
-                                                                 out, n);
+    convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __half*>(in), out, n);
   } else {
-    bf16_to_float_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(in), out, n);
+    convert_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(in),
+                                                           out, n);
   }
   CNN_CUDA_CHECK(cudaGetLastError());
 }
