@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "model/init.h"
 #include "model/model.h"
 #include "model/precision.h"
@@ -33,6 +34,9 @@
 namespace {
 
 namespace cm = train_cnn::model;
+using train_cnn::tools::cpu_seconds;
+using train_cnn::tools::load_average;
+using train_cnn::tools::median;
 
 struct Flags {
   int batch = 64;
@@ -50,10 +54,8 @@ struct Flags {
 }
 
 int positive(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < 1 || x > 100000)
-    usage(flag + " is '" + v + "': it must be a whole number from 1 to 100000.");
+  const long x = train_cnn::tools::positive_or_minus_one(v);
+  if (x < 0) usage(flag + " is '" + v + "': it must be a whole number from 1 to 100000.");
   return static_cast<int>(x);
 }
 
@@ -76,25 +78,6 @@ Flags parse(int argc, char** argv) {
       usage("unknown flag " + a);
   }
   return f;
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five, fifteen;
-  in >> one >> five >> fifteen;
-  return one + " " + five + " " + fifteen;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 constexpr float kLossScale = 1024.0f;

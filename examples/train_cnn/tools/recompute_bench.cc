@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "model/init.h"
 #include "model/model.h"
 #include "model/recompute.h"
@@ -35,6 +36,9 @@
 namespace {
 
 namespace cm = train_cnn::model;
+using train_cnn::tools::cpu_seconds;
+using train_cnn::tools::load_average;
+using train_cnn::tools::median;
 
 struct Flags {
   std::vector<int> batches = {64, 256};
@@ -54,10 +58,8 @@ struct Flags {
 }
 
 long positive(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < 1 || x > 100000)
-    usage(flag + " is '" + v + "': it must be a whole number from 1 to 100000.");
+  const long x = train_cnn::tools::positive_or_minus_one(v);
+  if (x < 0) usage(flag + " is '" + v + "': it must be a whole number from 1 to 100000.");
   return x;
 }
 
@@ -104,19 +106,6 @@ Flags parse(int argc, char** argv) {
     }
   }
   return f;
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string one, five, fifteen;
-  in >> one >> five >> fifteen;
-  return one + " " + five + " " + fifteen;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // One model under test with its optimizer and timings.
@@ -170,9 +159,9 @@ bool bench(const Flags& f, int batch) {
     for (size_t j = 0; j < runs.size(); ++j) {
       Run& r = runs[(j + round) % runs.size()];
       const auto t0 = std::chrono::steady_clock::now();
-      const std::clock_t c0 = std::clock();
+      const double c0 = cpu_seconds();
       train(r, f.steps, batch, images, labels, kPool);
-      const double cpu = 1000.0 * static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+      const double cpu = 1000.0 * (cpu_seconds() - c0);
       const double wall =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       r.wall_ms.push_back(wall / f.steps);
