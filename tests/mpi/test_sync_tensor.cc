@@ -384,8 +384,9 @@ TEST_F(SyncTensor, ErrorsReachEveryRank) {
   std::vector<int64_t> v = {rank_ + 1};
   if (run_ok("sync.err.after", [&] {
         hvd::allreduce(hvd::as_tensor(std::span<int64_t>(v)), "sync.err.after", ReduceOp::kSum);
-      }))
+      })) {
     EXPECT_EQ(v[0], int64_t{size_} * (size_ + 1) / 2);
+  }
 }
 
 }  // namespace

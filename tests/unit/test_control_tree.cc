@@ -59,7 +59,9 @@ TEST(ControlTree, EveryRankHasOneParentAndLogDepth) {
         ASSERT_GT(kids[i], r);
         ASSERT_LT(kids[i], n);
         EXPECT_EQ(tree_parent(kids[i]), r) << "child " << kids[i] << " of rank " << r;
-        if (i) EXPECT_LT(kids[i - 1], kids[i]);
+        if (i) {
+          EXPECT_LT(kids[i - 1], kids[i]);
+        }
         ++times_a_child[kids[i]];
       }
       if (r == 0) continue;
