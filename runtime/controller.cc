@@ -49,7 +49,7 @@ void Controller::classify(Request&& r) {
                                ? std::chrono::steady_clock::now()
                                : r.submitted;
         if (has_pending(pos)) break;  // cannot happen (one name in flight per rank): go slow
-        add_pending(pos, PendingHit{std::move(r), since});
+        add_pending(pos, std::move(r), since);
         return;
       }
       case ResponseCache::Lookup::kInvalid:
@@ -64,7 +64,8 @@ void Controller::classify(Request&& r) {
 
 // Step 1 of the protocol: this rank's new requests, sorted into cache hits and slow ones.
 void Controller::take_requests() {
-  std::vector<Request> fresh;
+  std::vector<Request>& fresh = fresh_;
+  fresh.clear();  // keeps its capacity for the queue
   queue_.pop_requests(&fresh);
   // A group is negotiated as a whole: rank 0 releases it when every member is there. If some
   // members were served from the cache while others (reshaped, say) went to rank 0, the group would
@@ -100,20 +101,22 @@ void Controller::take_requests() {
   });
   for (uint32_t pos : late) {
     invalid_positions_.push_back(pos);
-    uncached_.push_back(take_pending(pos).request);
+    uncached_.push_back(std::move(take_pending(pos)));
   }
 }
 
-void Controller::add_pending(uint32_t pos, PendingHit hit) {
+void Controller::add_pending(uint32_t pos, Request&& request,
+                             std::chrono::steady_clock::time_point since) {
   if (pos >= pending_.size()) pending_.resize(pos + 1);
   if (pos / 64 >= pending_bits_.size()) pending_bits_.resize(pos / 64 + 1, 0);
-  pending_[pos] = std::move(hit);
+  pending_[pos].request = std::move(request);
+  pending_[pos].since = since;
   pending_bits_[pos / 64] |= uint64_t{1} << (pos % 64);
 }
 
-Controller::PendingHit Controller::take_pending(uint32_t pos) {
+Request& Controller::take_pending(uint32_t pos) {
   pending_bits_[pos / 64] &= ~(uint64_t{1} << (pos % 64));
-  return std::move(pending_[pos]);
+  return pending_[pos].request;
 }
 
 template <typename F>
@@ -235,7 +238,7 @@ void Controller::erase_invalid(const std::vector<uint64_t>& bits) {
       uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(invalid));
       invalid &= invalid - 1;
       cache_.erase(pos);
-      if (has_pending(pos)) uncached_.push_back(take_pending(pos).request);
+      if (has_pending(pos)) uncached_.push_back(std::move(take_pending(pos)));
     }
   }
 }
@@ -259,7 +262,7 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       const int64_t b = response_bytes(cached);
       // This rank's own request for the position (its bit is in the AND): its name and shape are
       // the cached ones (the lookup compared them), and are moved, not copied, into the response.
-      Request mine = take_pending(pos).request;
+      Request& mine = take_pending(pos);
       if (open && cached.group.empty() && can_fuse(ready.back(), cached) &&
           bytes + b <= threshold) {
         ready.back().names.push_back(std::move(mine.name));
@@ -304,7 +307,7 @@ void Controller::requeue_evicted_hits() {
     if (!cache_.occupied(pos) || cache_.get(pos).names[0] != pending_[pos].request.name)
       evicted.push_back(pos);
   });
-  for (uint32_t pos : evicted) uncached_.push_back(take_pending(pos).request);
+  for (uint32_t pos : evicted) uncached_.push_back(std::move(take_pending(pos)));
 }
 
 }  // namespace hvd

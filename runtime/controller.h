@@ -123,13 +123,15 @@ class Controller {
   bool has_pending(uint32_t pos) const {
     return pos / 64 < pending_bits_.size() && (pending_bits_[pos / 64] >> (pos % 64) & 1);
   }
-  void add_pending(uint32_t pos, PendingHit hit);
-  PendingHit take_pending(uint32_t pos);  // has_pending(pos)
+  void add_pending(uint32_t pos, Request&& request, std::chrono::steady_clock::time_point since);
+  // has_pending(pos): clears its bit and returns its request, for the caller to move from.
+  Request& take_pending(uint32_t pos);
   template <typename F>
   void for_each_pending(F&& f) const;  // f(pos), in position order
   void requeue_all_pending();
   std::vector<uint32_t> invalid_positions_;
   std::vector<Request> uncached_;
+  std::vector<Request> fresh_;  // take_requests()' scratch: swapped with the queue's (no copies)
 
   Coordinator coordinator_;  // rank 0's message table (unused on the other ranks)
 };

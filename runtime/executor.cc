@@ -222,7 +222,10 @@ void Executor::execute(const Response& r, Batch& b) {
   // CPU batches complete here and now; GPU batches when their work on the device is done (on the
   // finalizer thread), so the background thread never waits for the GPU.
   if (b.op.device.kind == Device::kCPU) {
-    for (auto& t : b.taken) t.handle->complete_one();
+    // Last to first: a user thread waits for its handles in the order it submitted them, so the
+    // first one it waits on completes last, and it wakes once instead of once per handle it
+    // reaches before this thread does.
+    for (auto t = b.taken.rbegin(); t != b.taken.rend(); ++t) t->handle->complete_one();
     return;
   }
   auto done = std::make_shared<std::vector<TensorTableEntry>>(std::move(b.taken));

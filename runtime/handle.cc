@@ -5,6 +5,24 @@
 
 namespace hvd::detail {
 
+WakeSignal& WakeSignal::get() {
+  static WakeSignal* signal = new WakeSignal;  // never destroyed (see handle.h)
+  return *signal;
+}
+
+void WakeSignal::notify() {
+  { std::lock_guard<std::mutex> lock(mu); }
+  cv.notify_one();
+}
+
+void WakeSignal::waiting_for(uint64_t popped_by) {
+  if (popped_by == 0 || pops.load(std::memory_order_acquire) >= popped_by) return;  // taken
+  uint64_t seen = waited_for.load(std::memory_order_relaxed);
+  while (seen < popped_by &&
+         !waited_for.compare_exchange_weak(seen, popped_by, std::memory_order_release)) {}
+  notify();
+}
+
 void HandleState::complete_one() {
   std::lock_guard<std::mutex> lock(mu);
   if (done) return;
@@ -70,6 +88,13 @@ bool Handle::ready() const {
 void Handle::wait() {
   auto& s = state_of(state_);
   std::unique_lock<std::mutex> lock(s.mu);
+  if (!s.done) {
+    // This thread blocks: if its requests still wait in the queue, the fusion window need not
+    // (popped_by is set before the handle is returned; the signal's mutex is not taken under ours).
+    lock.unlock();
+    detail::WakeSignal::get().waiting_for(s.popped_by);
+    lock.lock();
+  }
   s.cv.wait(lock, [&] { return s.done; });
   if (s.error_kind != detail::ErrorKind::kNone) detail::throw_error(s.error_kind, s.error);
 }

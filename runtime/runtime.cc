@@ -202,8 +202,13 @@ Handle Runtime::enqueue(std::vector<TensorTableEntry> entries, std::vector<Reque
   std::vector<std::string> names;
   if (timeline_)
     for (const auto& e : entries) names.push_back(e.name);
-  if (queue_.add(std::move(entries), std::move(requests))) wake();
-  for (const auto& n : names) timeline_->begin(n, "NEGOTIATE");
+  begin_negotiation(names);
+  try {
+    if (queue_.add(std::move(entries), std::move(requests))) wake();
+  } catch (...) {
+    end_negotiation(names);
+    throw;
+  }
   return Handle(std::move(state));
 }
 
@@ -246,19 +251,38 @@ Handle Runtime::enqueue_one(TensorTableEntry entry, Request request,
     }
     return Handle(std::move(state));
   }
-  std::string name;
-  if (timeline_) name = entry.name;
-  if (queue_.add_one(std::move(entry), std::move(request))) wake();
-  if (timeline_) timeline_->begin(name, "NEGOTIATE");
+  if (!timeline_) {
+    if (queue_.add_one(std::move(entry), std::move(request))) wake();
+    return Handle(std::move(state));
+  }
+  const std::vector<std::string> names{entry.name};
+  begin_negotiation(names);
+  try {
+    if (queue_.add_one(std::move(entry), std::move(request))) wake();
+  } catch (...) {
+    end_negotiation(names);
+    throw;
+  }
   return Handle(std::move(state));
 }
 
-// The first request since the last cycle: wake the background thread (locking wake_mu_ first, so
-// that a thread between its check and its wait cannot miss it).
-void Runtime::wake() {
-  { std::lock_guard<std::mutex> lock(wake_mu_); }
-  wake_cv_.notify_one();
+// The timeline's NEGOTIATE span opens before the request is in the queue: once it is, the
+// background thread may close the span at any moment (a user thread waiting on a queued request
+// starts the cycle at once), and an end drawn before its begin unbalances the row. A request the
+// queue refuses (its name in flight) closes its span again.
+void Runtime::begin_negotiation(const std::vector<std::string>& names) {
+  if (timeline_)
+    for (const auto& n : names) timeline_->begin(n, "NEGOTIATE");
 }
+
+void Runtime::end_negotiation(const std::vector<std::string>& names) {
+  if (timeline_)
+    for (const auto& n : names) timeline_->end(n, "NEGOTIATE");
+}
+
+// The first request since the last cycle: wake the background thread (WakeSignal::notify locks
+// the mutex first, so that a thread between its check and its wait cannot miss it).
+void Runtime::wake() { wake_.notify(); }
 
 // The background thread: negotiation cycles, their responses executed in order, until every rank
 // has seen a shutdown request or a communication failure stops it. Between two cycles it sleeps
@@ -320,21 +344,25 @@ void Runtime::loop() {
 // closed: HVD_FUSION_WINDOW without a new request (the rest of a burst — a backward pass's
 // gradients, a group of async calls — arrives before the negotiation, so it is fused into one
 // response), and at most one cycle time after the first request (a long stream of submissions is
-// still negotiated every HVD_CYCLE_TIME). A lone request thus waits one window, not a cycle.
+// still negotiated every HVD_CYCLE_TIME). A lone request thus waits one window, not a cycle. The
+// window closes early when a user thread blocks in Handle::wait() on a request still queued
+// (WakeSignal::waited()): that thread's burst is over. (Several threads submitting one burst while
+// one of them waits are negotiated in two cycles instead of one.)
 void Runtime::wait_for_work(std::chrono::steady_clock::time_point next_cycle,
                             std::chrono::steady_clock::duration cycle) {
   using clock = std::chrono::steady_clock;
   const auto window = std::chrono::duration_cast<clock::duration>(
       std::chrono::duration<double, std::micro>(config_.fusion_window_us));
-  std::unique_lock<std::mutex> lock(wake_mu_);
-  wake_cv_.wait_until(lock, next_cycle,
+  std::unique_lock<std::mutex> lock(wake_.mu);
+  wake_.cv.wait_until(lock, next_cycle,
                       [&] { return shutdown_requested_.load() || queue_.waiting().any; });
   while (!shutdown_requested_.load()) {
     const TensorQueue::Waiting w = queue_.waiting();
     if (!w.any) return;  // the deadline passed with nothing submitted: a cycle for the others
+    if (wake_.waited()) return;  // a user thread waits for what is queued
     const auto until = std::min(w.last + window, w.first + cycle);
     if (clock::now() >= until) return;
-    wake_cv_.wait_until(lock, until, [&] { return shutdown_requested_.load(); });
+    wake_.cv.wait_until(lock, until, [&] { return shutdown_requested_.load() || wake_.waited(); });
   }
 }
 
@@ -355,7 +383,7 @@ void Runtime::shutdown() {
   if (finished_) return;
   finished_ = true;
   shutdown_requested_ = true;
-  wake_cv_.notify_all();
+  wake_.notify();
   if (thread_.joinable()) thread_.join();
   if (watchdog_) watchdog_->stop();
   std::lock_guard<std::mutex> no_inline_op(exec_mu_);  // a user thread's single-rank op finishes

@@ -72,6 +72,8 @@ class Runtime {
   void build_operations();
   void build_controller(bool thread_multiple, PeerLossHandler on_peer_loss);
   void wake();  // after the first request since the last cycle
+  void begin_negotiation(const std::vector<std::string>& names);  // timeline spans, if any
+  void end_negotiation(const std::vector<std::string>& names);
   bool runs_inline(const TensorTableEntry& entry, const Request& request) const;
   void loop();
   void wait_for_work(std::chrono::steady_clock::time_point next_cycle,
@@ -104,8 +106,9 @@ class Runtime {
   // thread running an operation of a one-rank job itself (enqueue_one): they take turns with the
   // ops, the fusion buffer and the communicators.
   std::mutex exec_mu_;
-  std::mutex wake_mu_;  // with wake_cv_: wakes the background thread (a first request, shutdown)
-  std::condition_variable wake_cv_;
+  // Wakes the background thread: a first request, shutdown, a user thread blocked on a queued
+  // request (runtime/handle.h).
+  detail::WakeSignal& wake_ = detail::WakeSignal::get();
 
   std::thread thread_;  // the background thread: loop()
 };

@@ -34,6 +34,8 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
     if (find_locked(e.name, hashes[i]) >= 0 || twice_here)
       throw_in_flight(e, requests.empty() ? -1 : requests[0].rank);
   }
+  if (!requests.empty() && !entries.empty() && entries[0].handle)
+    entries[0].handle->popped_by = detail::WakeSignal::get().pops.load() + 1;  // shared by all
   for (size_t i = 0; i < entries.size(); ++i) place_locked(std::move(entries[i]), hashes[i]);
   const auto now = std::chrono::steady_clock::now();
   bool first = false;
@@ -76,13 +78,20 @@ void TensorQueue::add_entry(TensorTableEntry entry, int rank) {
 
 bool TensorQueue::add_one(TensorTableEntry entry, Request request) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (entry.handle) entry.handle->popped_by = detail::WakeSignal::get().pops.load() + 1;
   insert_locked(std::move(entry), request.rank);
   return push_request_locked(std::move(request), std::chrono::steady_clock::now());
 }
 
 void TensorQueue::pop_requests(std::vector<Request>* out) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& r : requests_) out->push_back(std::move(r));
+  if (requests_.empty()) return;
+  detail::WakeSignal::get().pops.fetch_add(1, std::memory_order_release);
+  if (out->empty()) {
+    out->swap(requests_);  // requests_ gets the caller's (cleared) buffer back: no copies
+  } else {
+    for (auto& r : requests_) out->push_back(std::move(r));
+  }
   requests_.clear();
 }
 

@@ -42,6 +42,8 @@ class TensorQueue {
   // The entry alone, with no request to negotiate: the single-rank path runs it at once
   // (runtime/runtime.cc). The same checks as add().
   void add_entry(TensorTableEntry entry, int rank);
+  // Appends the requests added since the last call to *out (swaps when *out is empty: pass a
+  // cleared vector back each time and neither side reallocates).
   void pop_requests(std::vector<Request>* out);
   // The requests added since the last pop_requests(): none, or when the first and the last came.
   struct Waiting {

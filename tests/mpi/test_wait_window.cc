@@ -1,0 +1,69 @@
+// A user thread that blocks in Handle::wait() on a request still in the queue closes the fusion
+// window at once (runtime/handle.h, WakeSignal): it will submit nothing more until the wait
+// returns. ctest runs this with HVD_FUSION_WINDOW=10000000 (10 s, the largest accepted) and
+// HVD_CYCLE_TIME=10000 (10 s), so that every wait below would take 10 s if the window were waited
+// out: 40 of them would run past the test's 120 s timeout. Every rank checks its own values; a
+// wait from a thread other than the submitting one counts too.
+#include <gtest/gtest.h>
+
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hvd/hvd.h"
+#include "tests/mpi/test_collectives_util.h"
+
+namespace hvdtest {
+namespace {
+
+class WaitWindow : public HvdTest {};
+
+// Lone blocking operations: each is submitted, then waited on at once.
+TEST_F(WaitWindow, LoneOperationsDoNotWaitOutTheWindow) {
+  for (int i = 0; i < 20; ++i) {
+    std::vector<float> v(16, static_cast<float>(rank_ + 1 + i));
+    hvd::allreduce(v, "lone." + std::to_string(i % 4), hvd::ReduceOp::kSum);
+    const float want = static_cast<float>(size_ * (size_ + 1) / 2 + size_ * i);
+    for (float x : v) ASSERT_EQ(x, want) << "iteration " << i;
+  }
+  std::vector<int32_t> b(3, rank_ == 0 ? 7 : -1);
+  hvd::broadcast(b, 0, "lone.broadcast");
+  for (int32_t x : b) EXPECT_EQ(x, 7);
+  const std::vector<int64_t> g = hvd::allgather(std::vector<int64_t>{rank_}, "lone.allgather");
+  ASSERT_EQ(g.size(), static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) EXPECT_EQ(g[r], r);
+  hvd::barrier();
+}
+
+// A burst submitted asynchronously, then waited on last to first.
+TEST_F(WaitWindow, BurstThenWait) {
+  for (int round = 0; round < 10; ++round) {
+    constexpr int kTensors = 8;
+    std::vector<std::vector<double>> t(kTensors);
+    std::vector<hvd::Handle> h;
+    for (int k = 0; k < kTensors; ++k) {
+      t[k].assign(5, static_cast<double>(k * 10 + rank_));
+      h.push_back(hvd::allreduce_async(std::span<double>(t[k]), "burst." + std::to_string(k),
+                                       hvd::ReduceOp::kMax));
+    }
+    for (int k = kTensors - 1; k >= 0; --k) h[k].wait();
+    for (int k = 0; k < kTensors; ++k)
+      for (double x : t[k]) ASSERT_EQ(x, static_cast<double>(k * 10 + size_ - 1));
+  }
+}
+
+// The submitting thread goes on; another thread waits on the handle.
+TEST_F(WaitWindow, WaitFromAnotherThread) {
+  for (int i = 0; i < 10; ++i) {
+    std::vector<int64_t> v(4, rank_ + i);
+    hvd::Handle h = hvd::allreduce_async(std::span<int64_t>(v), "threaded", hvd::ReduceOp::kSum);
+    std::thread waiter([h]() mutable { h.wait(); });
+    waiter.join();
+    ASSERT_TRUE(h.ready());
+    for (int64_t x : v) ASSERT_EQ(x, static_cast<int64_t>(size_ * (size_ - 1) / 2 + size_ * i));
+  }
+}
+
+}  // namespace
+}  // namespace hvdtest
