@@ -202,13 +202,7 @@ Handle Runtime::enqueue(std::vector<TensorTableEntry> entries, std::vector<Reque
   std::vector<std::string> names;
   if (timeline_)
     for (const auto& e : entries) names.push_back(e.name);
-  begin_negotiation(names);
-  try {
-    if (queue_.add(std::move(entries), std::move(requests))) wake();
-  } catch (...) {
-    end_negotiation(names);
-    throw;
-  }
+  submit_to_queue(names, [&] { return queue_.add(std::move(entries), std::move(requests)); });
   return Handle(std::move(state));
 }
 
@@ -251,33 +245,25 @@ Handle Runtime::enqueue_one(TensorTableEntry entry, Request request,
     }
     return Handle(std::move(state));
   }
-  if (!timeline_) {
-    if (queue_.add_one(std::move(entry), std::move(request))) wake();
-    return Handle(std::move(state));
-  }
-  const std::vector<std::string> names{entry.name};
-  begin_negotiation(names);
-  try {
-    if (queue_.add_one(std::move(entry), std::move(request))) wake();
-  } catch (...) {
-    end_negotiation(names);
-    throw;
-  }
+  std::vector<std::string> names;
+  if (timeline_) names.push_back(entry.name);
+  submit_to_queue(names, [&] { return queue_.add_one(std::move(entry), std::move(request)); });
   return Handle(std::move(state));
 }
 
-// The timeline's NEGOTIATE span opens before the request is in the queue: once it is, the
-// background thread may close the span at any moment (a user thread waiting on a queued request
-// starts the cycle at once), and an end drawn before its begin unbalances the row. A request the
-// queue refuses (its name in flight) closes its span again.
-void Runtime::begin_negotiation(const std::vector<std::string>& names) {
-  if (timeline_)
-    for (const auto& n : names) timeline_->begin(n, "NEGOTIATE");
-}
-
-void Runtime::end_negotiation(const std::vector<std::string>& names) {
-  if (timeline_)
+// The timeline's NEGOTIATE spans (of `names`: empty without a timeline) open before the requests
+// are in the queue: once they are, the background thread may close the spans at any moment (a
+// user thread waiting on a queued request starts the cycle at once), and an end drawn before its
+// begin unbalances the row. Requests the queue refuses (a name in flight) close their spans again.
+template <class Add>
+void Runtime::submit_to_queue(const std::vector<std::string>& names, Add&& add) {
+  for (const auto& n : names) timeline_->begin(n, "NEGOTIATE");
+  try {
+    if (add()) wake();
+  } catch (...) {
     for (const auto& n : names) timeline_->end(n, "NEGOTIATE");
+    throw;
+  }
 }
 
 // The first request since the last cycle: wake the background thread (WakeSignal::notify locks

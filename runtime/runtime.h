@@ -72,8 +72,10 @@ class Runtime {
   void build_operations();
   void build_controller(bool thread_multiple, PeerLossHandler on_peer_loss);
   void wake();  // after the first request since the last cycle
-  void begin_negotiation(const std::vector<std::string>& names);  // timeline spans, if any
-  void end_negotiation(const std::vector<std::string>& names);
+  // add(): TensorQueue::add or add_one; wakes the background thread when it says so. `names`: the
+  // timeline's spans to open (empty without a timeline).
+  template <class Add>
+  void submit_to_queue(const std::vector<std::string>& names, Add&& add);
   bool runs_inline(const TensorTableEntry& entry, const Request& request) const;
   void loop();
   void wait_for_work(std::chrono::steady_clock::time_point next_cycle,
