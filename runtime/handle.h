@@ -27,8 +27,9 @@ enum class ErrorKind { kNone, kInvalidArgument, kCommunication, kInternal, kGene
 struct WakeSignal {
   std::mutex mu;  // with cv: the background thread's sleep between cycles
   std::condition_variable cv;
-  // Calls of TensorQueue::pop_requests() that took requests, in this process (only the background
-  // thread pops): every request in the queue is taken by pop number pops + 1.
+  // Calls of TensorQueue::pop_requests() that took requests (and closes that dropped some), in
+  // this process: every request in the queue is taken by pop number pops + 1. (One runtime, so one
+  // queue, at a time: in-process tests with several queues share it and only lose the early close.)
   std::atomic<uint64_t> pops{0};
   // The highest pop number that a user thread blocked in wait() needs: when it is above `pops`,
   // a waiter's requests are in the queue now, and the window closes. Never cleared: the pop makes

@@ -137,6 +137,9 @@ void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {
     slots_.clear();
     free_.clear();
     index_.clear();
+    // The requests are dropped, as good as taken: a thread still blocked on one must not close a
+    // later runtime's first fusion window (runtime/handle.h, WakeSignal).
+    if (!requests_.empty()) detail::WakeSignal::get().pops.fetch_add(1, std::memory_order_release);
     requests_.clear();
   }
   for (auto& e : left)
