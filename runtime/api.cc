@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -135,29 +136,31 @@ struct Checks {
   }
 
   // One tensor on its own: dtype, device, shape, size, data pointer.
-  void tensor(const TensorRef& t, const std::string& role) {
+  void tensor(const TensorRef& t, std::string_view role) {
     if (failed()) return;
     if (!known_dtype(t.dtype()))
-      return fail(role + " has dtype " + std::to_string(static_cast<int>(t.dtype())) +
+      return fail(std::string(role) + " has dtype " + std::to_string(static_cast<int>(t.dtype())) +
                   ", which is not a DataType: pass one of uint8, int8, int32, int64, float16, "
                   "bfloat16, float32, "
                   "float64.");
     if (!known_device(t.device()))
-      return fail(role + " is on " + device_name(t.device()) +
+      return fail(std::string(role) + " is on " + device_name(t.device()) +
                   ", which is not a device: pass Device::cpu() or Device::cuda(i) with i >= 0.");
     for (int64_t d : t.shape())
       if (d < 0)
-        return fail(role + " has shape " + shape_string(t.shape()) + " with a negative dimension.");
+        return fail(std::string(role) + " has shape " + shape_string(t.shape()) +
+                    " with a negative dimension.");
     if (byte_size(t) < 0)
       return fail(
-          role + " has shape " + shape_string(t.shape()) + " of " + dtype_name(t.dtype()) +
+          std::string(role) + " has shape " + shape_string(t.shape()) + " of " +
+          dtype_name(t.dtype()) +
           ": the product of its non-zero dimensions and the element size does not fit in 64 bits.");
     if (t.num_elements() > 0 && t.data() == nullptr)
-      return fail(role + " has " + std::to_string(t.num_elements()) +
+      return fail(std::string(role) + " has " + std::to_string(t.num_elements()) +
                   " elements but a null data pointer.");
     // hvd's own element-wise code (scaling, averaging, fusion) reads elements through typed pointers.
     if (t.num_elements() > 0 && reinterpret_cast<uintptr_t>(t.data()) % dtype_size(t.dtype()) != 0)
-      return fail(role + "'s data pointer is not a multiple of " +
+      return fail(std::string(role) + "'s data pointer is not a multiple of " +
                   std::to_string(dtype_size(t.dtype())) + " bytes, the size of its " +
                   dtype_name(t.dtype()) + " elements: pass aligned memory.");
   }
@@ -169,18 +172,19 @@ struct Checks {
   }
 
   // An output of the input's dtype, size and device (after tensor() of both).
-  void output_matches(const TensorRef& in, const TensorRef& out, const std::string& in_role,
-                      const std::string& out_role) {
+  void output_matches(const TensorRef& in, const TensorRef& out, std::string_view in_role,
+                      std::string_view out_role) {
     if (failed()) return;
     if (out.num_elements() != in.num_elements() || out.dtype() != in.dtype())
       return fail(
-          out_role + " (" + dtype_name(out.dtype()) + " " + shape_string(out.shape()) +
-          ") does not match " + in_role + " (" + dtype_name(in.dtype()) + " " +
+          std::string(out_role) + " (" + dtype_name(out.dtype()) + " " + shape_string(out.shape()) +
+          ") does not match " + std::string(in_role) + " (" + dtype_name(in.dtype()) + " " +
           shape_string(in.shape()) +
           "): pass an output of the same dtype and number of elements, or the input itself.");
     if (!(out.device() == in.device()))
-      fail(in_role + " is on " + device_name(in.device()) + " but " + out_role + " on " +
-           device_name(out.device()) + ": pass both on the same device.");
+      fail(std::string(in_role) + " is on " + device_name(in.device()) + " but " +
+           std::string(out_role) + " on " + device_name(out.device()) +
+           ": pass both on the same device.");
   }
 
   void reduce_op(ReduceOp op) {
@@ -342,7 +346,7 @@ TensorTableEntry make_entry(RequestType type, const std::string& name, TensorRef
 // One tensor's operation (every collective but grouped allreduce): one entry, one request.
 Handle submit(Runtime& rt, RequestType type, const std::string& name, TensorRef in, TensorRef out,
               Request req, std::vector<int64_t> splits = {}) {
-  auto state = std::make_shared<detail::HandleState>(1);
+  auto state = detail::make_handle_state(1);
   TensorTableEntry entry = make_entry(type, name, std::move(in), std::move(out), state);
   entry.splits = std::move(splits);
   return rt.enqueue_one(std::move(entry), std::move(req), std::move(state));
@@ -437,7 +441,7 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
     // No member names to fail on the other ranks: an empty group is complete at once.
     if (!out.empty())
       throw InvalidArgumentError("grouped_allreduce of '" + name + "' failed: " + count_error);
-    auto state = std::make_shared<detail::HandleState>(1);
+    auto state = detail::make_handle_state(1);
     state->complete_one();
     return Handle(state);
   }
@@ -462,7 +466,7 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
     group.no_overlap(in, out, true);
     if (group.failed()) member_errors.assign(in.size(), group.error);
   }
-  auto state = std::make_shared<detail::HandleState>(static_cast<int>(in.size()));
+  auto state = detail::make_handle_state(static_cast<int>(in.size()));
   std::vector<TensorTableEntry> entries;
   std::vector<Request> requests;
   for (size_t i = 0; i < in.size(); ++i) {
@@ -591,7 +595,7 @@ int join() {
   const std::string name = "__hvd.join";
   Request req = make_request(*rt, RequestType::kJoin, name,
                              TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
-  auto state = std::make_shared<detail::HandleState>(1);
+  auto state = detail::make_handle_state(1);
   Handle h =
       rt->enqueue_one(make_entry(RequestType::kJoin, name, {}, {}, state), std::move(req), state);
   h.wait();

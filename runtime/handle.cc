@@ -1,9 +1,96 @@
 #include "runtime/handle.h"
 
+#include <new>
+
 #include "hvd/collectives.h"
 #include "hvd/error.h"
 
 namespace hvd::detail {
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kPoolHandles = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kPoolHandles = false;
+#else
+constexpr bool kPoolHandles = true;
+#endif
+#else
+constexpr bool kPoolHandles = true;
+#endif
+
+// Blocks of one size, recycled through a free list under a mutex (a get and a put each lock it
+// once: far cheaper than malloc's arena path, and the user thread that submits is usually the one
+// that drops the handles). Never destroyed: a Handle may outlive every other static.
+class BlockPool {
+ public:
+  static constexpr std::size_t kBlock = 512;  // bytes; larger requests go to operator new
+  static constexpr std::size_t kMaxBlocks = 8192;
+
+  BlockPool() { free_.reserve(kMaxBlocks); }
+  void* get(std::size_t bytes) {
+    if (bytes > kBlock) return ::operator new(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        void* p = free_.back();
+        free_.pop_back();
+        return p;
+      }
+    }
+    return ::operator new(kBlock);
+  }
+  void put(void* p, std::size_t bytes) {
+    if (bytes <= kBlock) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (free_.size() < kMaxBlocks) {
+        free_.push_back(p);
+        return;
+      }
+    }
+    ::operator delete(p);
+  }
+  std::size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return free_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<void*> free_;
+};
+
+BlockPool& block_pool() {
+  static BlockPool* pool = new BlockPool;
+  return *pool;
+}
+
+template <class T>
+struct PoolAllocator {
+  using value_type = T;
+  PoolAllocator() = default;
+  template <class U>
+  PoolAllocator(const PoolAllocator<U>&) {}
+  T* allocate(std::size_t n) { return static_cast<T*>(block_pool().get(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) { block_pool().put(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const PoolAllocator<U>&) const {
+    return true;
+  }
+};
+static_assert(alignof(std::max_align_t) >= alignof(HandleState), "pool blocks are max-aligned");
+
+}  // namespace
+
+std::shared_ptr<HandleState> make_handle_state(int pending_tensors) {
+  if constexpr (kPoolHandles)
+    return std::allocate_shared<HandleState>(PoolAllocator<HandleState>(), pending_tensors);
+  return std::make_shared<HandleState>(pending_tensors);
+}
+
+bool handle_pool_enabled() { return kPoolHandles; }
+std::size_t handle_pool_size() { return block_pool().size(); }
 
 WakeSignal& WakeSignal::get() {
   static WakeSignal* signal = new WakeSignal;  // never destroyed (see handle.h)

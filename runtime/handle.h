@@ -6,7 +6,9 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstddef>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -68,6 +70,18 @@ struct HandleState {
   // queue's requests). Set before the handle reaches the user.
   uint64_t popped_by = 0;
 };
+
+// A new HandleState, its memory (with the shared_ptr's control block) taken from a process-wide
+// pool of recycled blocks. A step submits its tensors in a burst and drops their handles in the
+// next: 1000 blocks of ~250 bytes each way overflow malloc's per-thread cache (7 blocks per size)
+// into its locked arena path, which cost more instructions than the rest of a handle's life
+// (docs/benchmarks.md, "Instructions per tensor"). The pool keeps at most 8192 blocks (4 MiB);
+// under AddressSanitizer it is bypassed, so that a use after free is still caught.
+std::shared_ptr<HandleState> make_handle_state(int pending_tensors);
+// Whether make_handle_state() uses the pool (not under AddressSanitizer), and the blocks it holds
+// now (tests).
+bool handle_pool_enabled();
+std::size_t handle_pool_size();
 
 // Maps an exception caught on the background thread to (kind, message).
 std::pair<ErrorKind, std::string> classify(const std::exception& e);

@@ -48,6 +48,10 @@ struct Request {
   double waited_seconds = 0;
   // When the user submitted it (this process's steady clock; not sent).
   std::chrono::steady_clock::time_point submitted{};
+  // NameIndex::hash(name), set by the tensor queue, which hashes the name anyway, so that the
+  // response cache's lookup does not hash it again; 0: not known (not sent). A stale value could
+  // only cost a cache miss: the lookup still compares the names.
+  uint64_t name_hash = 0;
 };
 
 enum class ResponseType : uint8_t {

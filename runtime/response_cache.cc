@@ -13,7 +13,7 @@ bool ResponseCache::cacheable(const Response& r) {
 }
 
 ResponseCache::Lookup ResponseCache::lookup(const Request& q, uint32_t* position) const {
-  const int64_t at = find(q.name, NameIndex::hash(q.name));
+  const int64_t at = find(q.name, q.name_hash != 0 ? q.name_hash : NameIndex::hash(q.name));
   if (at < 0) return Lookup::kMiss;
   *position = static_cast<uint32_t>(at);
   const Response& r = slots_[at]->response;

@@ -43,11 +43,12 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
   return first;
 }
 
-void TensorQueue::insert_locked(TensorTableEntry&& entry, int rank) {
+uint64_t TensorQueue::insert_locked(TensorTableEntry&& entry, int rank) {
   if (closed_) detail::throw_error(close_kind_, close_message_);
   const uint64_t h = NameIndex::hash(entry.name);
   if (find_locked(entry.name, h) >= 0) throw_in_flight(entry, rank);
   place_locked(std::move(entry), h);
+  return h;
 }
 
 void TensorQueue::place_locked(TensorTableEntry&& entry, uint64_t h) {
@@ -79,7 +80,7 @@ void TensorQueue::add_entry(TensorTableEntry entry, int rank) {
 bool TensorQueue::add_one(TensorTableEntry entry, Request request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (entry.handle) entry.handle->popped_by = detail::WakeSignal::get().pops.load() + 1;
-  insert_locked(std::move(entry), request.rank);
+  request.name_hash = insert_locked(std::move(entry), request.rank);  // the same name
   return push_request_locked(std::move(request), std::chrono::steady_clock::now());
 }
 

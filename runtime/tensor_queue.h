@@ -82,7 +82,8 @@ class TensorQueue {
   // the last pop_requests().
   bool push_request_locked(Request&& request, std::chrono::steady_clock::time_point now);
   [[noreturn]] static void throw_in_flight(const TensorTableEntry& e, int rank);
-  void insert_locked(TensorTableEntry&& entry, int rank);  // under mu_: checks, then inserts
+  // Under mu_: checks, then inserts; returns the name's hash.
+  uint64_t insert_locked(TensorTableEntry&& entry, int rank);
 
   bool closed_ = false;
   detail::ErrorKind close_kind_ = detail::ErrorKind::kNone;
