@@ -23,6 +23,7 @@
 #include "hvd/error.h"
 #include "hvd/hvd.h"
 #include "runtime/runtime.h"
+#include "runtime/spares.h"
 #include "runtime/terminate_handler.h"
 
 namespace hvd {
@@ -126,6 +127,19 @@ int64_t byte_size(const TensorRef& t) {
   return empty ? 0 : bound;
 }
 
+// Which tensor a check is about, as its message names it: "the input", or "input 3" of a group.
+// The text is built only when a check fails (a group of 1000 members would otherwise format 4000
+// role names per call that no message uses).
+struct Role {
+  Role(const char* word) : word(word) {}  // NOLINT: implicit, "the input"
+  Role(const char* word, size_t index) : word(word), index(static_cast<int64_t>(index)) {}
+  std::string str() const {
+    return index < 0 ? std::string(word) : std::string(word) + " " + std::to_string(index);
+  }
+  const char* word;
+  int64_t index = -1;
+};
+
 struct Checks {
   const Runtime& rt;
   std::string error;  // the first failure, "" while every check passed
@@ -136,31 +150,30 @@ struct Checks {
   }
 
   // One tensor on its own: dtype, device, shape, size, data pointer.
-  void tensor(const TensorRef& t, std::string_view role) {
+  void tensor(const TensorRef& t, const Role& role) {
     if (failed()) return;
     if (!known_dtype(t.dtype()))
-      return fail(std::string(role) + " has dtype " + std::to_string(static_cast<int>(t.dtype())) +
+      return fail(role.str() + " has dtype " + std::to_string(static_cast<int>(t.dtype())) +
                   ", which is not a DataType: pass one of uint8, int8, int32, int64, float16, "
                   "bfloat16, float32, "
                   "float64.");
     if (!known_device(t.device()))
-      return fail(std::string(role) + " is on " + device_name(t.device()) +
+      return fail(role.str() + " is on " + device_name(t.device()) +
                   ", which is not a device: pass Device::cpu() or Device::cuda(i) with i >= 0.");
     for (int64_t d : t.shape())
       if (d < 0)
-        return fail(std::string(role) + " has shape " + shape_string(t.shape()) +
+        return fail(role.str() + " has shape " + shape_string(t.shape()) +
                     " with a negative dimension.");
     if (byte_size(t) < 0)
       return fail(
-          std::string(role) + " has shape " + shape_string(t.shape()) + " of " +
-          dtype_name(t.dtype()) +
+          role.str() + " has shape " + shape_string(t.shape()) + " of " + dtype_name(t.dtype()) +
           ": the product of its non-zero dimensions and the element size does not fit in 64 bits.");
     if (t.num_elements() > 0 && t.data() == nullptr)
-      return fail(std::string(role) + " has " + std::to_string(t.num_elements()) +
+      return fail(role.str() + " has " + std::to_string(t.num_elements()) +
                   " elements but a null data pointer.");
     // hvd's own element-wise code (scaling, averaging, fusion) reads elements through typed pointers.
     if (t.num_elements() > 0 && reinterpret_cast<uintptr_t>(t.data()) % dtype_size(t.dtype()) != 0)
-      return fail(std::string(role) + "'s data pointer is not a multiple of " +
+      return fail(role.str() + "'s data pointer is not a multiple of " +
                   std::to_string(dtype_size(t.dtype())) + " bytes, the size of its " +
                   dtype_name(t.dtype()) + " elements: pass aligned memory.");
   }
@@ -172,19 +185,18 @@ struct Checks {
   }
 
   // An output of the input's dtype, size and device (after tensor() of both).
-  void output_matches(const TensorRef& in, const TensorRef& out, std::string_view in_role,
-                      std::string_view out_role) {
+  void output_matches(const TensorRef& in, const TensorRef& out, const Role& in_role,
+                      const Role& out_role) {
     if (failed()) return;
     if (out.num_elements() != in.num_elements() || out.dtype() != in.dtype())
       return fail(
-          std::string(out_role) + " (" + dtype_name(out.dtype()) + " " + shape_string(out.shape()) +
-          ") does not match " + std::string(in_role) + " (" + dtype_name(in.dtype()) + " " +
+          out_role.str() + " (" + dtype_name(out.dtype()) + " " + shape_string(out.shape()) +
+          ") does not match " + in_role.str() + " (" + dtype_name(in.dtype()) + " " +
           shape_string(in.shape()) +
           "): pass an output of the same dtype and number of elements, or the input itself.");
     if (!(out.device() == in.device()))
-      fail(std::string(in_role) + " is on " + device_name(in.device()) + " but " +
-           std::string(out_role) + " on " + device_name(out.device()) +
-           ": pass both on the same device.");
+      fail(in_role.str() + " is on " + device_name(in.device()) + " but " + out_role.str() +
+           " on " + device_name(out.device()) + ": pass both on the same device.");
   }
 
   void reduce_op(ReduceOp op) {
@@ -316,10 +328,10 @@ Request make_request(const Runtime& rt, RequestType type, const std::string& nam
   Request r;
   r.rank = rt.topology().rank;
   r.type = type;
-  r.name = name;
+  detail::Spares::take_name(name, &r.name);  // buffers left by earlier tensors (runtime/spares.h)
   r.dtype = t.dtype();
   r.device = t.device();
-  r.shape = t.shape();
+  detail::Spares::take_shape(t.shape(), &r.shape);
   r.error = std::move(error);
   if (!r.error.empty()) {
     // Rank 0 fails the operation without looking further, but the request's shape, dtype and device
@@ -335,7 +347,7 @@ Request make_request(const Runtime& rt, RequestType type, const std::string& nam
 TensorTableEntry make_entry(RequestType type, const std::string& name, TensorRef in, TensorRef out,
                             const std::shared_ptr<detail::HandleState>& state) {
   TensorTableEntry e;
-  e.name = name;
+  detail::Spares::take_name(name, &e.name);
   e.type = type;
   e.input = std::move(in);
   e.output = std::move(out);
@@ -454,10 +466,10 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
   std::vector<std::string> member_errors(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     Checks c{*rt, group.error};
-    const std::string n = std::to_string(i);
-    c.tensor(in[i], "input " + n);
-    c.tensor(out[i], "output " + n);
-    c.output_matches(in[i], out[i], "input " + n, "output " + n);
+    const Role input("input", i), output("output", i);
+    c.tensor(in[i], input);
+    c.tensor(out[i], output);
+    c.output_matches(in[i], out[i], input, output);
     c.on_this_gpu(in[i]);
     member_errors[i] = std::move(c.error);
   }
@@ -469,6 +481,8 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
   auto state = detail::make_handle_state(static_cast<int>(in.size()));
   std::vector<TensorTableEntry> entries;
   std::vector<Request> requests;
+  entries.reserve(in.size());
+  requests.reserve(in.size());
   for (size_t i = 0; i < in.size(); ++i) {
     std::string member = name + "." + std::to_string(i);
     Request req =
@@ -476,7 +490,8 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
     req.reduce_op = op;
     req.group = name;
     req.group_size = static_cast<int32_t>(in.size());
-    entries.push_back(make_entry(RequestType::kAllreduce, member, in[i], out[i], state));
+    entries.push_back(
+        make_entry(RequestType::kAllreduce, member, std::move(in[i]), std::move(out[i]), state));
     requests.push_back(std::move(req));
   }
   return rt->enqueue(std::move(entries), std::move(requests), state);

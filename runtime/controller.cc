@@ -245,9 +245,10 @@ void Controller::erase_invalid(const std::vector<uint64_t>& bits) {
 
 // Step 3: the cached responses whose hit bit survived the AND, in position order. A run of hits
 // that plan_fusion would pack together anyway (ungrouped allreduces with the same parameters, up
-// to the threshold) is appended to one response here instead of copying each cached response
-// whole: a cycle of 1000 cached gradients hands plan_fusion a few responses, not 1000. The result
-// depends only on the bits and the cache, which are the same on every rank.
+// to the threshold; a group's members, whole) is appended to one response here instead of copying
+// each cached response whole: a cycle of 1000 cached gradients, or one group of 1000, hands
+// plan_fusion a few responses, not 1000. The result depends only on the bits and the cache, which
+// are the same on every rank.
 std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
   std::vector<Response> ready;
   bool open = false;  // ready.back() may take more cached tensors
@@ -263,15 +264,21 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       // This rank's own request for the position (its bit is in the AND): its name and shape are
       // the cached ones (the lookup compared them), and are moved, not copied, into the response.
       Request& mine = take_pending(pos);
-      if (open && cached.group.empty() && can_fuse(ready.back(), cached) &&
-          bytes + b <= threshold) {
+      // A group's members join the open response of their group whatever the threshold (a group
+      // is one unit for plan_fusion, run whole); ungrouped ones join an ungrouped response up to
+      // the threshold.
+      const bool joins =
+          open && can_fuse(ready.back(), cached) &&
+          (cached.group.empty() ? ready.back().group.empty() && bytes + b <= threshold
+                                : ready.back().group == cached.group);
+      if (joins) {
         ready.back().names.push_back(std::move(mine.name));
         ready.back().shapes.push_back(std::move(mine.shape));
         bytes += b;
       } else {
         ready.push_back(cached);
         ready.back().contributors = size_;
-        open = threshold > 0 && cached.group.empty();
+        open = threshold > 0 || !cached.group.empty();
         bytes = b;
       }
       cache_.touch(pos);

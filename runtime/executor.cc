@@ -12,6 +12,7 @@
 #include "runtime/controller.h"
 #include "runtime/fusion.h"
 #include "runtime/handle.h"
+#include "runtime/spares.h"
 
 namespace hvd {
 namespace {
@@ -122,6 +123,10 @@ void Executor::perform(const Response& r) {
     }
   } span_end{timeline_, r, b.span};
   execute(r, b);
+  // The entries' names, for the next submissions (runtime/spares.h).
+  spare_names_.clear();
+  for (auto& e : b.op.entries) spare_names_.push_back(std::move(e.name));
+  detail::Spares::give(&spare_names_, nullptr);
 }
 
 // Error, join and barrier responses: no data moves. Returns whether `r` was one.

@@ -53,6 +53,7 @@ class Executor {
   Timeline* timeline_;
   std::string shutdown_reason_;
   std::vector<std::optional<TensorTableEntry>> taken_;  // take_entries()' scratch, reused
+  std::vector<std::string> spare_names_;                // perform()'s scratch, reused
   long batches_ = 0;                                    // data-plane batches run so far
   long stop_at_batch_ = -1;  // test hook HVD_TEST_STOP_IN_OP (executor.cc)
 };

@@ -12,6 +12,7 @@
 #include "hvd/error.h"
 #include "ops/backends.h"
 #include "runtime/coordinator.h"
+#include "runtime/spares.h"
 
 namespace hvd {
 namespace {
@@ -236,13 +237,16 @@ Handle Runtime::enqueue_one(TensorTableEntry entry, Request request,
                             std::shared_ptr<detail::HandleState> state) {
   if (runs_inline(entry, request)) {
     queue_.add_entry(std::move(entry), request.rank);  // a name in flight is refused as always
-    const Response response = response_for(std::move(request), 1);
-    std::lock_guard<std::mutex> lock(exec_mu_);
-    try {
-      executor_->perform(response);
-    } catch (const std::exception&) {
-      // The executor failed the handle with the error before it let a communication error out.
+    Response response = response_for(std::move(request), 1);
+    {
+      std::lock_guard<std::mutex> lock(exec_mu_);
+      try {
+        executor_->perform(response);
+      } catch (const std::exception&) {
+        // The executor failed the handle with the error before it let a communication error out.
+      }
     }
+    detail::Spares::give(&response.names, &response.shapes);
     return Handle(std::move(state));
   }
   std::vector<std::string> names;
@@ -305,6 +309,8 @@ void Runtime::loop() {
             }
         }
         for (const auto& r : responses) executor_->perform(r);
+        // The names and shapes the requests brought, for the next submissions (runtime/spares.h).
+        for (auto& r : responses) detail::Spares::give(&r.names, &r.shapes);
       }
       if (shutdown) break;
       if (check_stalls()) continue;  // the next cycle delivers the errors and stops every rank

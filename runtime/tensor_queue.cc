@@ -25,18 +25,21 @@ bool TensorQueue::push_request_locked(Request&& request,
 bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request> requests) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) detail::throw_error(close_kind_, close_message_);
-  std::vector<uint64_t> hashes(entries.size());
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const auto& e = entries[i];
-    hashes[i] = NameIndex::hash(e.name);
-    bool twice_here = false;
-    for (size_t j = 0; j < i; ++j) twice_here = twice_here || entries[j].name == e.name;
-    if (find_locked(e.name, hashes[i]) >= 0 || twice_here)
-      throw_in_flight(e, requests.empty() ? -1 : requests[0].rank);
-  }
   if (!requests.empty() && !entries.empty() && entries[0].handle)
     entries[0].handle->popped_by = detail::WakeSignal::get().pops.load() + 1;  // shared by all
-  for (size_t i = 0; i < entries.size(); ++i) place_locked(std::move(entries[i]), hashes[i]);
+  // Placed one by one, each looked up first among the entries in flight, those placed before it
+  // in this call included (a name twice in one group): one hash and one probe per entry. On a
+  // clash the ones placed are taken out again, and nothing is added.
+  placed_.clear();
+  for (auto& e : entries) {
+    const uint64_t h = NameIndex::hash(e.name);
+    if (find_locked(e.name, h) >= 0) {
+      std::vector<TensorTableEntry> back;  // destroyed after the throw's message is built
+      for (const auto& [slot, ph] : placed_) back.push_back(remove_locked(slot, ph));
+      throw_in_flight(e, requests.empty() ? -1 : requests[0].rank);
+    }
+    placed_.emplace_back(place_locked(std::move(e), h), h);
+  }
   const auto now = std::chrono::steady_clock::now();
   bool first = false;
   for (auto& r : requests) first = push_request_locked(std::move(r), now) || first;
@@ -51,7 +54,7 @@ uint64_t TensorQueue::insert_locked(TensorTableEntry&& entry, int rank) {
   return h;
 }
 
-void TensorQueue::place_locked(TensorTableEntry&& entry, uint64_t h) {
+uint32_t TensorQueue::place_locked(TensorTableEntry&& entry, uint64_t h) {
   uint32_t i;
   if (!free_.empty()) {
     i = free_.back();
@@ -63,6 +66,7 @@ void TensorQueue::place_locked(TensorTableEntry&& entry, uint64_t h) {
   slots_[i].entry = std::move(entry);
   slots_[i].used = true;
   index_.insert(h, i);
+  return i;
 }
 
 TensorTableEntry TensorQueue::remove_locked(uint32_t i, uint64_t h) {

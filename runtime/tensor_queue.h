@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hvd/tensor.h"
@@ -74,8 +75,10 @@ class TensorQueue {
   int64_t find_locked(const std::string& name, uint64_t h) const {
     return index_.find(h, [&](uint32_t i) { return slots_[i].entry.name == name; });
   }
-  void place_locked(TensorTableEntry&& entry, uint64_t h);  // h: the name's hash, not in index_
-  TensorTableEntry remove_locked(uint32_t i, uint64_t h);   // h: the name's hash
+  // h: the name's hash, not in index_; returns the slot.
+  uint32_t place_locked(TensorTableEntry&& entry, uint64_t h);
+  std::vector<std::pair<uint32_t, uint64_t>> placed_;      // add()'s (slot, hash) pairs, reused
+  TensorTableEntry remove_locked(uint32_t i, uint64_t h);  // h: the name's hash
   std::vector<Request> requests_;
   std::chrono::steady_clock::time_point first_request_, last_request_;  // of requests_
   // Under mu_: stamps the request with `now` and appends it; returns whether it is the first since

@@ -92,6 +92,10 @@ Options parse_options(int argc, char** argv) {
       o.inject_wrong = true;
       continue;
     }
+    if (flag == "--grouped") {
+      o.grouped = true;
+      continue;
+    }
     if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
@@ -151,7 +155,7 @@ Options parse_options(int argc, char** argv) {
 std::string usage(const char* program) {
   return std::string("usage: mpirun -np N ") + program +
          " [-b minbytes] [-e maxbytes] [-f stepfactor] [-d datatype] [-o op]\n"
-         "          [-n iters] [-w warmup_iters] [--tensors K] [--inject-wrong]\n"
+         "          [-n iters] [-w warmup_iters] [--tensors K] [--grouped] [--inject-wrong]\n"
          "          [--compression none,fp16,bf16] [--placement out|in|both]\n"
          "  -b, --minbytes SIZE      smallest message per tensor (default 32M; K/M/G suffixes)\n"
          "  -e, --maxbytes SIZE      largest message per tensor (default 32M)\n"
@@ -163,6 +167,8 @@ std::string usage(const char* program) {
          "  -w, --warmup_iters N     untimed iterations before them (default 5)\n"
          "      --tensors K          K tensors of the size per iteration, submitted with\n"
          "                           allreduce_async and then waited on (default 1)\n"
+         "      --grouped            hvd submits the K tensors in one grouped_allreduce_async\n"
+         "                           call per iteration instead of K allreduce_async calls\n"
          "      --inject-wrong       corrupt one value of hvd's result on rank 0: the run must\n"
          "                           then report #wrong > 0 and exit 1 (tests the checker)\n"
          "      --compression LIST   measure hvd once per HVD_COMPRESSION value in LIST (none,\n"

@@ -6,6 +6,7 @@
 //   -o/--op OP          sum prod min max avg, or all
 //   -n/--iters N        timed iterations per size      -w/--warmup_iters N   untimed ones before
 //   --tensors K         K tensors of the size per iteration (async, then waited on)
+//   --grouped           hvd submits the K tensors in one grouped_allreduce_async call
 //   --inject-wrong      corrupt one value of hvd's result on rank 0 (tests the checker)
 //   --compression LIST  run hvd once per HVD_COMPRESSION value (none,fp16,bf16) in this process
 //   --placement P       out (in -> out), in (in place: input == output) or both
@@ -28,6 +29,7 @@ struct Options {
   int iters = 20;
   int warmup = 5;
   int tensors = 1;
+  bool grouped = false;  // --grouped: one grouped_allreduce_async of the K tensors per iteration
   // --placement: each row out of place (allreduce_async(in, out), MPI_Allreduce(in, out)) and/or
   // in place (allreduce_async(buf, buf), MPI_Allreduce(MPI_IN_PLACE, buf)); at least one is true.
   bool out_of_place = true;

@@ -294,6 +294,105 @@ TEST_P(ControllerTest, GroupIsReleasedOnlyWhenWholeGroupIsReady) {
   expect_same_everywhere(seen);
 }
 
+// A group served from the cache (the steady state of a trainer's grouped gradients) comes out as
+// the slow path gave it: the whole group in one response, beside ungrouped tensors and another
+// group, the same on every rank; a member of another dtype still runs apart from the others.
+TEST_P(ControllerTest, CachedGroupsComeOutWholeAsTheyDidTheFirstTime) {
+  const int n = GetParam();
+  InProcessHub hub(n);
+  auto group = [](int r, const std::string& g, int size, DataType odd_dtype_at = DataType::kFloat32,
+                  int odd = -1) {
+    std::vector<Request> members;
+    for (int i = 0; i < size; ++i) {
+      Request q = request(r, g + "." + std::to_string(i), RequestType::kAllreduce, {i + 1},
+                          i == odd ? odd_dtype_at : DataType::kFloat32);
+      q.group = g;
+      q.group_size = size;
+      members.push_back(std::move(q));
+    }
+    return members;
+  };
+  std::vector<std::string> names = {"a", "b"};
+  for (int i = 0; i < 40; ++i) names.push_back("g." + std::to_string(i));
+  for (int i = 0; i < 5; ++i) names.push_back("h." + std::to_string(i));
+  auto seen = run_ranks(
+      n,
+      [&](Rank& me) {
+        const int r = me.rank();
+        auto round = [&] {
+          me.submit(request(r, "a"));
+          me.submit(group(r, "g", 40));
+          me.submit(group(r, "h", 5, DataType::kFloat64, 2));
+          me.submit(request(r, "b"));
+          return me.until(names);
+        };
+        std::vector<Seen> first = round();
+        const int slow_paths = hub.gathers(r);
+        for (int k = 0; k < 3; ++k) {
+          std::vector<Seen> again = round();
+          EXPECT_EQ(hub.gathers(r), slow_paths) << "round " << k << " took the slow path";
+          for (const auto& name : names) {
+            const Seen s = me.find(again, name), f = me.find(first, name);
+            EXPECT_EQ(s.type, ResponseType::kAllreduce) << name << ": " << s.error;
+            EXPECT_EQ(s.shape, f.shape) << name;
+            EXPECT_EQ(s.contributors, me.size()) << name;
+          }
+          // Every member of g in one response (with whatever fused beside it), h.2 (float64)
+          // apart from h's float32 members.
+          const size_t g_fused = me.find(again, "g.0").fused_with;
+          EXPECT_GE(g_fused, 40u);
+          for (int i = 1; i < 40; ++i)
+            EXPECT_EQ(me.find(again, "g." + std::to_string(i)).fused_with, g_fused) << i;
+          EXPECT_EQ(me.find(again, "h.2").fused_with, 1u);
+          EXPECT_GE(me.find(again, "h.0").fused_with, 4u);
+        }
+      },
+      test_options(), &hub);
+  expect_same_everywhere(seen);
+}
+
+// TensorQueue::add of a group whose member clashes with a name in flight (or appears twice in the
+// group) refuses the whole group and leaves the queue as it was: the members placed before the
+// clash are taken out again, so the group can be submitted once the name is free.
+TEST(TensorQueueAdd, AClashLeavesNothingOfTheGroupBehind) {
+  TensorQueue queue;
+  auto entries = [](const std::vector<std::string>& names) {
+    std::vector<TensorTableEntry> out;
+    for (const auto& n : names) {
+      TensorTableEntry e;
+      e.name = n;
+      out.push_back(std::move(e));
+    }
+    return out;
+  };
+  auto requests = [](const std::vector<std::string>& names) {
+    std::vector<Request> out;
+    for (const auto& n : names) out.push_back(request(0, n));
+    return out;
+  };
+  const std::vector<std::string> group = {"g.0", "g.1", "g.2", "g.3"};
+  queue.add(entries({"g.2"}), requests({"g.2"}));
+  try {
+    queue.add(entries(group), requests(group));
+    ADD_FAILURE() << "a member already in flight was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("'g.2' is already in flight"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(queue.size(), 1u);
+  EXPECT_FALSE(queue.take("g.0").has_value());
+  EXPECT_FALSE(queue.take("g.1").has_value());
+  const std::vector<std::string> twice = {"t.0", "t.1", "t.0"};
+  EXPECT_THROW(queue.add(entries(twice), requests(twice)), InvalidArgumentError);
+  EXPECT_EQ(queue.size(), 1u);
+  EXPECT_TRUE(queue.take("g.2").has_value());
+  queue.add(entries(group), requests(group));  // now free: accepted whole
+  EXPECT_EQ(queue.size(), 4u);
+  std::vector<Request> popped;
+  queue.pop_requests(&popped);
+  EXPECT_EQ(popped.size(), 5u);  // "g.2" of the first add and the group; none of the refused
+}
+
 TEST_P(ControllerTest, JoinCountsContributorsAndNamesTheLastRank) {
   const int n = GetParam();
   auto seen = run_ranks(n, [](Rank& me) {

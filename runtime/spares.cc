@@ -1,0 +1,120 @@
+#include "runtime/spares.h"
+
+#include <mutex>
+#include <utility>
+
+namespace hvd::detail {
+namespace {
+
+struct Pool {
+  std::mutex mu;
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+};
+
+// Never destroyed: a user thread may submit (and a background thread give) during static
+// destruction.
+Pool& pool() {
+  static Pool* p = new Pool;
+  return *p;
+}
+
+// The calling thread's spares, taken from the pool kRefill at a time. Freed with the thread.
+// initial-exec: a load relative to the thread pointer, where the shared library's default model
+// calls __tls_get_addr on every access (~40 instructions; it doubled the cost of a take). The
+// stash is small enough for the static TLS space glibc keeps for libraries opened later with
+// dlopen.
+struct Stash {
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+};
+thread_local Stash stash __attribute__((tls_model("initial-exec")));
+
+template <class T>
+bool refill(std::vector<T>* mine, std::vector<T> Pool::*shared) {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  std::vector<T>& from = p.*shared;
+  const std::size_t n = std::min(from.size(), Spares::kRefill);
+  for (std::size_t i = 0; i < n; ++i) {
+    mine->push_back(std::move(from.back()));
+    from.pop_back();
+  }
+  return n > 0;
+}
+
+template <class T>
+bool take(std::vector<T>* mine, std::vector<T> Pool::*shared, T* out) {
+  if (mine->empty() && !refill(mine, shared)) return false;
+  *out = std::move(mine->back());
+  mine->pop_back();
+  return true;
+}
+
+}  // namespace
+
+void Spares::take_name(std::string_view name, std::string* out) {
+  if (out->capacity() < name.size()) take(&stash.names, &Pool::names, out);
+  out->assign(name);
+}
+
+void Spares::take_shape(const std::vector<int64_t>& shape, std::vector<int64_t>* out) {
+  if (out->capacity() < shape.size()) take(&stash.shapes, &Pool::shapes, out);
+  out->assign(shape.begin(), shape.end());
+}
+
+namespace {
+
+bool keep(const std::string& s) {
+  // Inline (short) strings have no buffer to keep.
+  return s.capacity() > std::string().capacity() && s.capacity() <= Spares::kMaxNameBytes;
+}
+bool keep(const std::vector<int64_t>& v) {
+  return v.capacity() > 0 && v.capacity() <= Spares::kMaxDims;
+}
+
+// Moves what is worth keeping into the calling thread's stash while it holds less than
+// 2 * kRefill, then into the pool (under its lock, taken once).
+template <class T>
+void give_all(std::vector<T>* items, std::vector<T>* mine, std::vector<T> Pool::*shared) {
+  std::size_t i = 0;
+  for (; i < items->size() && mine->size() < 2 * Spares::kRefill; ++i) {
+    T& x = (*items)[i];
+    if (keep(x)) {
+      x.clear();
+      mine->push_back(std::move(x));
+    }
+  }
+  if (i == items->size()) return;
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  std::vector<T>& to = p.*shared;
+  for (; i < items->size() && to.size() < Spares::kMax; ++i) {
+    T& x = (*items)[i];
+    if (keep(x)) {
+      x.clear();
+      to.push_back(std::move(x));
+    }
+  }
+}
+
+}  // namespace
+
+void Spares::give(std::vector<std::string>* names, std::vector<std::vector<int64_t>>* shapes) {
+  if (names) give_all(names, &stash.names, &Pool::names);
+  if (shapes) give_all(shapes, &stash.shapes, &Pool::shapes);
+}
+
+std::size_t Spares::pooled_names() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  return p.names.size();
+}
+
+std::size_t Spares::pooled_shapes() {
+  Pool& p = pool();
+  std::lock_guard<std::mutex> lock(p.mu);
+  return p.shapes.size();
+}
+
+}  // namespace hvd::detail
