@@ -95,7 +95,14 @@ class Controller {
 
  private:
   void take_requests();
-  void classify(Request&& r);
+  // A cache lookup's result, kept so that a request is looked up once per cycle.
+  struct Looked {
+    ResponseCache::Lookup result = ResponseCache::Lookup::kMiss;
+    uint32_t pos = 0;
+  };
+  // `known`: r's lookup, done already this cycle (groups), or null.
+  void classify(Request&& r, const Looked* known = nullptr);
+  std::vector<Looked> looked_;  // take_requests()' scratch, reused
   std::vector<uint64_t> local_bits(bool shutdown_requested);
   void exchange_bits(std::vector<uint64_t>& bits);
   std::vector<int> probe_silent(const std::vector<int>& ranks, double waited) const;

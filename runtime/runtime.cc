@@ -233,7 +233,7 @@ bool Runtime::runs_inline(const TensorTableEntry& entry, const Request& request)
   return false;
 }
 
-Handle Runtime::enqueue_one(TensorTableEntry entry, Request request,
+Handle Runtime::enqueue_one(TensorTableEntry&& entry, Request&& request,
                             std::shared_ptr<detail::HandleState> state) {
   if (runs_inline(entry, request)) {
     queue_.add_entry(std::move(entry), request.rank);  // a name in flight is refused as always

@@ -58,8 +58,9 @@ class Runtime {
   // background thread stopped.
   Handle enqueue(std::vector<TensorTableEntry> entries, std::vector<Request> requests,
                  std::shared_ptr<detail::HandleState> state);
-  // enqueue() of one tensor (every collective but grouped allreduce).
-  Handle enqueue_one(TensorTableEntry entry, Request request,
+  // enqueue() of one tensor (every collective but grouped allreduce). The entry and the request
+  // are moved from only when accepted.
+  Handle enqueue_one(TensorTableEntry&& entry, Request&& request,
                      std::shared_ptr<detail::HandleState> state);
   std::mutex& barrier_mutex() { return barrier_mu_; }  // barrier() calls of this rank take turns
 

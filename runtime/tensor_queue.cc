@@ -31,8 +31,11 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
   // in this call included (a name twice in one group): one hash and one probe per entry. On a
   // clash the ones placed are taken out again, and nothing is added.
   placed_.clear();
-  for (auto& e : entries) {
+  for (size_t i = 0; i < entries.size(); ++i) {
+    TensorTableEntry& e = entries[i];
     const uint64_t h = NameIndex::hash(e.name);
+    // A group's requests come in the order of its entries: the cache's lookup reuses the hash.
+    if (i < requests.size() && requests[i].name == e.name) requests[i].name_hash = h;
     if (find_locked(e.name, h) >= 0) {
       std::vector<TensorTableEntry> back;  // destroyed after the throw's message is built
       for (const auto& [slot, ph] : placed_) back.push_back(remove_locked(slot, ph));
@@ -76,12 +79,12 @@ TensorTableEntry TensorQueue::remove_locked(uint32_t i, uint64_t h) {
   return std::move(slots_[i].entry);
 }
 
-void TensorQueue::add_entry(TensorTableEntry entry, int rank) {
+void TensorQueue::add_entry(TensorTableEntry&& entry, int rank) {
   std::lock_guard<std::mutex> lock(mu_);
   insert_locked(std::move(entry), rank);
 }
 
-bool TensorQueue::add_one(TensorTableEntry entry, Request request) {
+bool TensorQueue::add_one(TensorTableEntry&& entry, Request&& request) {
   std::lock_guard<std::mutex> lock(mu_);
   if (entry.handle) entry.handle->popped_by = detail::WakeSignal::get().pops.load() + 1;
   request.name_hash = insert_locked(std::move(entry), request.rank);  // the same name

@@ -39,10 +39,10 @@ class TensorQueue {
   // pop_requests() (the caller wakes the background thread, runtime/runtime.cc).
   bool add(std::vector<TensorTableEntry> entries, std::vector<Request> requests);
   // add() of one entry and its request, without the vectors (the hot path of a single tensor).
-  bool add_one(TensorTableEntry entry, Request request);
+  bool add_one(TensorTableEntry&& entry, Request&& request);
   // The entry alone, with no request to negotiate: the single-rank path runs it at once
   // (runtime/runtime.cc). The same checks as add().
-  void add_entry(TensorTableEntry entry, int rank);
+  void add_entry(TensorTableEntry&& entry, int rank);
   // Appends the requests added since the last call to *out (swaps when *out is empty: pass a
   // cleared vector back each time and neither side reallocates).
   void pop_requests(std::vector<Request>* out);
