@@ -8,17 +8,19 @@
 namespace hvd::detail {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kPoolHandles = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+// AddressSanitizer: GCC defines __SANITIZE_ADDRESS__, clang answers __has_feature (whatever
+// flags the build was given, so not a definition of hvd's own CMake).
+#if defined(__has_feature)
+#define HVD_HAS_FEATURE(x) __has_feature(x)
+#else
+#define HVD_HAS_FEATURE(x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || HVD_HAS_FEATURE(address_sanitizer)
 constexpr bool kPoolHandles = false;
 #else
 constexpr bool kPoolHandles = true;
 #endif
-#else
-constexpr bool kPoolHandles = true;
-#endif
+#undef HVD_HAS_FEATURE
 
 // Blocks of one size, recycled through a free list under a mutex (a get and a put each lock it
 // once: far cheaper than malloc's arena path, and the user thread that submits is usually the one
