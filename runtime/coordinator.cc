@@ -235,13 +235,17 @@ Response Coordinator::build_response(const std::string& name) {
 
 namespace {
 
-// The response's fields from the request; its name and shape are copied, or moved from an rvalue.
+// The response's fields from the request, every one of them set (resp may be a reused one); its
+// name and shape are copied, or moved from an rvalue.
 template <typename R>
-Response response_from(R&& a, int32_t contributors) {
-  Response resp;
+void response_from(R&& a, int32_t contributors, Response& resp) {
   resp.type = static_cast<ResponseType>(a.type);
-  if (a.type == RequestType::kAllgather) resp.first_dims = {a.shape.empty() ? 1 : a.shape[0]};
+  resp.first_dims.clear();
+  if (a.type == RequestType::kAllgather)
+    resp.first_dims.push_back(a.shape.empty() ? 1 : a.shape[0]);
+  resp.names.clear();
   resp.names.push_back(std::forward<R>(a).name);
+  resp.shapes.clear();
   resp.shapes.push_back(std::forward<R>(a).shape);
   resp.dtype = a.dtype;
   resp.reduce_op = a.reduce_op;
@@ -250,18 +254,27 @@ Response response_from(R&& a, int32_t contributors) {
   resp.prescale = a.prescale;
   resp.postscale = a.postscale;
   resp.contributors = contributors;
+  resp.last_joined_rank = -1;
   resp.group = std::forward<R>(a).group;
-  return resp;
+  resp.error.clear();
 }
 
 }  // namespace
 
 Response response_for(const Request& a, int32_t contributors) {
-  return response_from(a, contributors);
+  Response resp;
+  response_from(a, contributors, resp);
+  return resp;
 }
 
 Response response_for(Request&& a, int32_t contributors) {
-  return response_from(std::move(a), contributors);
+  Response resp;
+  response_from(std::move(a), contributors, resp);
+  return resp;
+}
+
+void response_for(Request&& a, int32_t contributors, Response* out) {
+  response_from(std::move(a), contributors, *out);
 }
 
 std::vector<Coordinator::Stall> Coordinator::stalled(double older_than_seconds) const {

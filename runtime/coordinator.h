@@ -31,6 +31,9 @@ inline constexpr const char* kShutdownNotice = "__hvd.shutdown";
 Response response_for(const Request& request, int32_t contributors);
 // The same, moving the request's name, shape and group into the response.
 Response response_for(Request&& request, int32_t contributors);
+// The same into *out, every field set anew and its vectors' capacity kept (the one-rank inline
+// path reuses one Response for every tensor instead of allocating two vectors each time).
+void response_for(Request&& request, int32_t contributors, Response* out);
 
 class Coordinator {
  public:

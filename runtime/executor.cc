@@ -102,6 +102,10 @@ void Executor::perform(const Response& r) {
     for (const auto& n : r.names) timeline_->end(n, "QUEUE");
   if (perform_control(r)) return;
   Batch b;
+  // The last batch's vectors (emptied, their capacity kept): a job of one rank runs one batch per
+  // tensor, and two vectors allocated for each cost more than the rest of the batch's bookkeeping.
+  b.taken.swap(taken_spare_);
+  b.op.entries.swap(entries_spare_);
   b.op.type = collective_of(r);
   b.op.dtype = r.dtype;
   b.op.reduce_op = r.reduce_op;
@@ -127,6 +131,10 @@ void Executor::perform(const Response& r) {
   spare_names_.clear();
   for (auto& e : b.op.entries) spare_names_.push_back(std::move(e.name));
   detail::Spares::give(&spare_names_, nullptr);
+  b.taken.clear();  // (moved out already for a GPU batch, completed on the finalizer thread)
+  b.op.entries.clear();
+  taken_spare_.swap(b.taken);
+  entries_spare_.swap(b.op.entries);
 }
 
 // Error, join and barrier responses: no data moves. Returns whether `r` was one.

@@ -54,7 +54,9 @@ class Executor {
   std::string shutdown_reason_;
   std::vector<std::optional<TensorTableEntry>> taken_;  // take_entries()' scratch, reused
   std::vector<std::string> spare_names_;                // perform()'s scratch, reused
-  long batches_ = 0;                                    // data-plane batches run so far
+  std::vector<TensorTableEntry> taken_spare_;           // the last Batch's vectors, empty
+  std::vector<ops::OpEntry> entries_spare_;
+  long batches_ = 0;         // data-plane batches run so far
   long stop_at_batch_ = -1;  // test hook HVD_TEST_STOP_IN_OP (executor.cc)
 };
 

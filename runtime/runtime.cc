@@ -237,16 +237,14 @@ Handle Runtime::enqueue_one(TensorTableEntry&& entry, Request&& request,
                             std::shared_ptr<detail::HandleState> state) {
   if (runs_inline(entry, request)) {
     queue_.add_entry(std::move(entry), request.rank);  // a name in flight is refused as always
-    Response response = response_for(std::move(request), 1);
-    {
-      std::lock_guard<std::mutex> lock(exec_mu_);
-      try {
-        executor_->perform(response);
-      } catch (const std::exception&) {
-        // The executor failed the handle with the error before it let a communication error out.
-      }
+    std::lock_guard<std::mutex> lock(exec_mu_);
+    response_for(std::move(request), 1, &inline_response_);
+    try {
+      executor_->perform(inline_response_);
+    } catch (const std::exception&) {
+      // The executor failed the handle with the error before it let a communication error out.
     }
-    detail::Spares::give(&response.names, &response.shapes);
+    detail::Spares::give(&inline_response_.names, &inline_response_.shapes);
     return Handle(std::move(state));
   }
   std::vector<std::string> names;

@@ -109,6 +109,7 @@ class Runtime {
   // thread running an operation of a one-rank job itself (enqueue_one): they take turns with the
   // ops, the fusion buffer and the communicators.
   std::mutex exec_mu_;
+  Response inline_response_;  // enqueue_one's one-rank path, under exec_mu_: reused per tensor
   // Wakes the background thread: a first request, shutdown, a user thread blocked on a queued
   // request (runtime/handle.h).
   detail::WakeSignal& wake_ = detail::WakeSignal::get();
