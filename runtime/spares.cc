@@ -1,5 +1,6 @@
 #include "runtime/spares.h"
 
+#include <algorithm>
 #include <mutex>
 #include <utility>
 
@@ -19,16 +20,37 @@ Pool& pool() {
   return *p;
 }
 
-// The calling thread's spares, taken from the pool kRefill at a time. Freed with the thread.
-// initial-exec: a load relative to the thread pointer, where the shared library's default model
-// calls __tls_get_addr on every access (~40 instructions; it doubled the cost of a take). The
-// stash is small enough for the static TLS space glibc keeps for libraries opened later with
-// dlopen.
+// The calling thread's spares, taken from the pool kRefill at a time, freed with the thread.
+// The thread-local variables are a pointer and a flag (trivially destructible, so still readable
+// while the thread, or the process, exits): a program may submit from a destructor that runs after
+// the stash is gone (a static object's at exit, another thread_local's), and then goes to the pool
+// directly. initial-exec: a load relative to the thread pointer, where the shared library's
+// default model calls __tls_get_addr on every access (~40 instructions; it doubled the cost of a
+// take); 9 bytes, well within the static TLS space glibc keeps for libraries opened with dlopen.
 struct Stash {
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
 };
-thread_local Stash stash __attribute__((tls_model("initial-exec")));
+thread_local Stash* tls_stash __attribute__((tls_model("initial-exec"))) = nullptr;
+thread_local bool tls_stash_gone __attribute__((tls_model("initial-exec"))) = false;
+
+struct StashOwner {
+  ~StashOwner() {
+    Stash* s = tls_stash;
+    tls_stash = nullptr;
+    tls_stash_gone = true;
+    delete s;
+  }
+};
+
+// This thread's stash, made on first use; null once the thread is exiting.
+Stash* my_stash() {
+  if (tls_stash) return tls_stash;
+  if (tls_stash_gone) return nullptr;
+  static thread_local StashOwner owner;  // its destructor frees the stash at the thread's exit
+  tls_stash = new Stash;
+  return tls_stash;
+}
 
 template <class T>
 bool refill(std::vector<T>* mine, std::vector<T> Pool::*shared) {
@@ -43,8 +65,21 @@ bool refill(std::vector<T>* mine, std::vector<T> Pool::*shared) {
   return n > 0;
 }
 
+// One spare into *out: from this thread's stash (refilled from the pool when empty), or from the
+// pool itself once the stash is gone.
 template <class T>
-bool take(std::vector<T>* mine, std::vector<T> Pool::*shared, T* out) {
+bool take(std::vector<T> Stash::*kind, std::vector<T> Pool::*shared, T* out) {
+  Stash* s = my_stash();
+  if (!s) {
+    Pool& p = pool();
+    std::lock_guard<std::mutex> lock(p.mu);
+    std::vector<T>& from = p.*shared;
+    if (from.empty()) return false;
+    *out = std::move(from.back());
+    from.pop_back();
+    return true;
+  }
+  std::vector<T>* mine = &(s->*kind);
   if (mine->empty() && !refill(mine, shared)) return false;
   *out = std::move(mine->back());
   mine->pop_back();
@@ -54,12 +89,12 @@ bool take(std::vector<T>* mine, std::vector<T> Pool::*shared, T* out) {
 }  // namespace
 
 void Spares::take_name(std::string_view name, std::string* out) {
-  if (out->capacity() < name.size()) take(&stash.names, &Pool::names, out);
+  if (out->capacity() < name.size()) take(&Stash::names, &Pool::names, out);
   out->assign(name);
 }
 
 void Spares::take_shape(const std::vector<int64_t>& shape, std::vector<int64_t>* out) {
-  if (out->capacity() < shape.size()) take(&stash.shapes, &Pool::shapes, out);
+  if (out->capacity() < shape.size()) take(&Stash::shapes, &Pool::shapes, out);
   out->assign(shape.begin(), shape.end());
 }
 
@@ -73,16 +108,19 @@ bool keep(const std::vector<int64_t>& v) {
   return v.capacity() > 0 && v.capacity() <= Spares::kMaxDims;
 }
 
-// Moves what is worth keeping into the calling thread's stash while it holds less than
-// 2 * kRefill, then into the pool (under its lock, taken once).
+// Moves what is worth keeping into the calling thread's stash (if it still has one) while it holds
+// less than 2 * kRefill, then into the pool (under its lock, taken once).
 template <class T>
-void give_all(std::vector<T>* items, std::vector<T>* mine, std::vector<T> Pool::*shared) {
+void give_all(std::vector<T>* items, std::vector<T> Stash::*kind, std::vector<T> Pool::*shared) {
   std::size_t i = 0;
-  for (; i < items->size() && mine->size() < 2 * Spares::kRefill; ++i) {
-    T& x = (*items)[i];
-    if (keep(x)) {
-      x.clear();
-      mine->push_back(std::move(x));
+  if (Stash* s = my_stash()) {
+    std::vector<T>* mine = &(s->*kind);
+    for (; i < items->size() && mine->size() < 2 * Spares::kRefill; ++i) {
+      T& x = (*items)[i];
+      if (keep(x)) {
+        x.clear();
+        mine->push_back(std::move(x));
+      }
     }
   }
   if (i == items->size()) return;
@@ -101,8 +139,8 @@ void give_all(std::vector<T>* items, std::vector<T>* mine, std::vector<T> Pool::
 }  // namespace
 
 void Spares::give(std::vector<std::string>* names, std::vector<std::vector<int64_t>>* shapes) {
-  if (names) give_all(names, &stash.names, &Pool::names);
-  if (shapes) give_all(shapes, &stash.shapes, &Pool::shapes);
+  if (names) give_all(names, &Stash::names, &Pool::names);
+  if (shapes) give_all(shapes, &Stash::shapes, &Pool::shapes);
 }
 
 std::size_t Spares::pooled_names() {

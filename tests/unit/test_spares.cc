@@ -116,6 +116,34 @@ TEST(Spares, ThePoolStaysWithinItsBound) {
   });
 }
 
+// A destructor that submits while its thread exits (a thread_local's, or a static object's at the
+// end of the program) runs after the thread's stash is freed: take and give still work, through
+// the shared pool.
+struct SubmitsAtExit {
+  std::string* result = nullptr;
+  ~SubmitsAtExit() {
+    std::vector<std::string> names = {long_name(40)};
+    Spares::give(&names, nullptr);
+    std::string n;
+    Spares::take_name(long_name(41), &n);
+    if (result) *result = n;
+  }
+};
+
+TEST(Spares, AThreadStillTakesAndGivesWhileItExits) {
+  std::string result;
+  std::thread([&] {
+    thread_local SubmitsAtExit late;  // made before the stash: destroyed after it
+    late.result = &result;
+    std::vector<std::string> names = {long_name(42)};
+    Spares::give(&names, nullptr);  // the stash is made here
+    std::string n;
+    Spares::take_name(long_name(43), &n);
+    EXPECT_EQ(n, long_name(43));
+  }).join();
+  EXPECT_EQ(result, long_name(41));
+}
+
 // The background thread gives batches while user threads take: every value stays the one asked
 // for (run under ThreadSanitizer by scripts/test --sanitize).
 TEST(Spares, GiveAndTakeAcrossThreads) {
