@@ -34,15 +34,16 @@ Controller::Controller(std::unique_ptr<comm::ControlChannel> channel,
       cache_words_((options.cache_capacity + 63) / 64),
       coordinator_(size_) {}
 
-void Controller::classify(Request&& r, const Looked* known) {
+// `looked`: r's lookup, done while the cache could serve this rank (none: kMiss).
+void Controller::classify(Request&& r, const Looked& looked) {
   if (r.type == RequestType::kJoin) {
     joined_ = true;
     uncached_.push_back(std::move(r));
     return;
   }
-  uint32_t pos = known ? known->pos : 0;
+  const uint32_t pos = looked.pos;
   if (cache_.capacity() > 0 && !joined_) {
-    switch (known ? known->result : cache_.lookup(r, &pos)) {
+    switch (looked.result) {
       case ResponseCache::Lookup::kHit: {
         // Patience counts from the user's submission, not from this cycle.
         const auto since = r.submitted == std::chrono::steady_clock::time_point{}
@@ -73,28 +74,26 @@ void Controller::take_requests() {
   // only when every member hits; otherwise all its members go the slow way, and the hits' cache
   // entries are invalidated everywhere so that no rank runs them alone. (A group's members arrive
   // in one pop: TensorQueue::add hands them over atomically.)
-  // A member is looked up once: the result serves the group's verdict and classify() (the cache
-  // does not change in between).
+  // Each request is looked up once (the cache does not change in between): the results serve
+  // the groups' verdict and classify().
   std::set<std::string> slow_groups;
-  looked_.resize(fresh.size());
-  const bool grouped_lookups = cache_.capacity() > 0 && !joined_;
-  if (grouped_lookups) {
+  looked_.assign(fresh.size(), Looked{});
+  if (cache_.capacity() > 0 && !joined_) {
     for (size_t i = 0; i < fresh.size(); ++i) {
-      const Request& r = fresh[i];
-      if (r.group.empty()) continue;
-      looked_[i].result = cache_.lookup(r, &looked_[i].pos);
-      if (looked_[i].result != ResponseCache::Lookup::kHit) slow_groups.insert(r.group);
+      looked_[i].result = cache_.lookup(fresh[i], &looked_[i].pos);
+      if (!fresh[i].group.empty() && looked_[i].result != ResponseCache::Lookup::kHit)
+        slow_groups.insert(fresh[i].group);
     }
   }
   for (size_t i = 0; i < fresh.size(); ++i) {
     Request& r = fresh[i];
-    const Looked* known = grouped_lookups && !r.group.empty() ? &looked_[i] : nullptr;
-    if (known && known->result == ResponseCache::Lookup::kHit && slow_groups.count(r.group)) {
-      invalid_positions_.push_back(known->pos);
+    if (!r.group.empty() && looked_[i].result == ResponseCache::Lookup::kHit &&
+        slow_groups.count(r.group)) {
+      invalid_positions_.push_back(looked_[i].pos);
       uncached_.push_back(std::move(r));
       continue;
     }
-    classify(std::move(r), known);
+    classify(std::move(r), looked_[i]);
   }
   // Hits that waited too long go to rank 0 (after invalidating their entry everywhere), where the
   // stall inspector sees them.

@@ -95,13 +95,12 @@ class Controller {
 
  private:
   void take_requests();
-  // A cache lookup's result, kept so that a request is looked up once per cycle.
+  // A request's cache lookup, done once per cycle (a group's verdict and classify() share it).
   struct Looked {
     ResponseCache::Lookup result = ResponseCache::Lookup::kMiss;
     uint32_t pos = 0;
   };
-  // `known`: r's lookup, done already this cycle (groups), or null.
-  void classify(Request&& r, const Looked* known = nullptr);
+  void classify(Request&& r, const Looked& looked);
   std::vector<Looked> looked_;  // take_requests()' scratch, reused
   std::vector<uint64_t> local_bits(bool shutdown_requested);
   void exchange_bits(std::vector<uint64_t>& bits);

@@ -235,17 +235,14 @@ Response Coordinator::build_response(const std::string& name) {
 
 namespace {
 
-// The response's fields from the request, every one of them set (resp may be a reused one); its
-// name and shape are copied, or moved from an rvalue.
+// The response's fields from the request, into a fresh Response (its vectors may hold spare
+// capacity); its name and shape are copied, or moved from an rvalue.
 template <typename R>
 void response_from(R&& a, int32_t contributors, Response& resp) {
   resp.type = static_cast<ResponseType>(a.type);
-  resp.first_dims.clear();
   if (a.type == RequestType::kAllgather)
     resp.first_dims.push_back(a.shape.empty() ? 1 : a.shape[0]);
-  resp.names.clear();
   resp.names.push_back(std::forward<R>(a).name);
-  resp.shapes.clear();
   resp.shapes.push_back(std::forward<R>(a).shape);
   resp.dtype = a.dtype;
   resp.reduce_op = a.reduce_op;
@@ -254,9 +251,7 @@ void response_from(R&& a, int32_t contributors, Response& resp) {
   resp.prescale = a.prescale;
   resp.postscale = a.postscale;
   resp.contributors = contributors;
-  resp.last_joined_rank = -1;
   resp.group = std::forward<R>(a).group;
-  resp.error.clear();
 }
 
 }  // namespace
@@ -274,6 +269,7 @@ Response response_for(Request&& a, int32_t contributors) {
 }
 
 void response_for(Request&& a, int32_t contributors, Response* out) {
+  out->reset();
   response_from(std::move(a), contributors, *out);
 }
 

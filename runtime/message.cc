@@ -198,6 +198,23 @@ std::vector<Request> parse_requests(const char* data, size_t size) {
   return out;
 }
 
+void Response::reset() {
+  type = ResponseType::kAllreduce;
+  names.clear();
+  shapes.clear();
+  first_dims.clear();
+  dtype = DataType::kFloat32;
+  reduce_op = ReduceOp::kSum;
+  device_kind = Device::kCPU;
+  root = -1;
+  prescale = 1.0;
+  postscale = 1.0;
+  contributors = 0;
+  last_joined_rank = -1;
+  group.clear();
+  error.clear();
+}
+
 std::string serialize_responses(const std::vector<Response>& responses) {
   Writer w;
   w.list(responses, "response count", kMessage);

@@ -111,6 +111,12 @@ struct Response {
   int32_t last_joined_rank = -1;  // kJoin
   std::string group;              // members of one group are fused together
   std::string error;              // kError: the message every rank throws
+
+  // Every field back to a default Response's value, the containers' buffers kept (one response
+  // reused for every tensor of a job of one rank: response_for(Request&&, n, Response*)). A field
+  // added above is reset here too (test_message: a response with every field set, reset, serializes
+  // as Response{} does).
+  void reset();
 };
 
 std::string serialize_requests(const std::vector<Request>& requests);

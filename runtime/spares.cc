@@ -52,12 +52,13 @@ Stash* my_stash() {
   return tls_stash;
 }
 
+// Moves up to n spares from the pool to *mine, under the pool's lock; returns whether any came.
 template <class T>
-bool refill(std::vector<T>* mine, std::vector<T> Pool::*shared) {
+bool refill(std::vector<T>* mine, std::vector<T> Pool::*shared, std::size_t n) {
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
   std::vector<T>& from = p.*shared;
-  const std::size_t n = std::min(from.size(), Spares::kRefill);
+  n = std::min(from.size(), n);
   for (std::size_t i = 0; i < n; ++i) {
     mine->push_back(std::move(from.back()));
     from.pop_back();
@@ -65,22 +66,19 @@ bool refill(std::vector<T>* mine, std::vector<T> Pool::*shared) {
   return n > 0;
 }
 
-// One spare into *out: from this thread's stash (refilled from the pool when empty), or from the
-// pool itself once the stash is gone.
+// One spare into *out: from this thread's stash (refilled kRefill at a time), or straight from
+// the pool once the stash is gone.
 template <class T>
 bool take(std::vector<T> Stash::*kind, std::vector<T> Pool::*shared, T* out) {
   Stash* s = my_stash();
   if (!s) {
-    Pool& p = pool();
-    std::lock_guard<std::mutex> lock(p.mu);
-    std::vector<T>& from = p.*shared;
-    if (from.empty()) return false;
-    *out = std::move(from.back());
-    from.pop_back();
+    std::vector<T> one;
+    if (!refill(&one, shared, 1)) return false;
+    *out = std::move(one.back());
     return true;
   }
   std::vector<T>* mine = &(s->*kind);
-  if (mine->empty() && !refill(mine, shared)) return false;
+  if (mine->empty() && !refill(mine, shared, Spares::kRefill)) return false;
   *out = std::move(mine->back());
   mine->pop_back();
   return true;
@@ -108,32 +106,29 @@ bool keep(const std::vector<int64_t>& v) {
   return v.capacity() > 0 && v.capacity() <= Spares::kMaxDims;
 }
 
-// Moves what is worth keeping into the calling thread's stash (if it still has one) while it holds
-// less than 2 * kRefill, then into the pool (under its lock, taken once).
+// Moves the items from *i on that are worth keeping into *to while it holds fewer than `limit`;
+// *i ends at the first item not looked at.
+template <class T>
+void move_kept(std::vector<T>* items, std::size_t* i, std::vector<T>* to, std::size_t limit) {
+  for (; *i < items->size() && to->size() < limit; ++*i) {
+    T& x = (*items)[*i];
+    if (keep(x)) {
+      x.clear();
+      to->push_back(std::move(x));
+    }
+  }
+}
+
+// Into the calling thread's stash (if it still has one) up to 2 * kRefill, the rest into the pool
+// (under its lock, taken once).
 template <class T>
 void give_all(std::vector<T>* items, std::vector<T> Stash::*kind, std::vector<T> Pool::*shared) {
   std::size_t i = 0;
-  if (Stash* s = my_stash()) {
-    std::vector<T>* mine = &(s->*kind);
-    for (; i < items->size() && mine->size() < 2 * Spares::kRefill; ++i) {
-      T& x = (*items)[i];
-      if (keep(x)) {
-        x.clear();
-        mine->push_back(std::move(x));
-      }
-    }
-  }
+  if (Stash* s = my_stash()) move_kept(items, &i, &(s->*kind), 2 * Spares::kRefill);
   if (i == items->size()) return;
   Pool& p = pool();
   std::lock_guard<std::mutex> lock(p.mu);
-  std::vector<T>& to = p.*shared;
-  for (; i < items->size() && to.size() < Spares::kMax; ++i) {
-    T& x = (*items)[i];
-    if (keep(x)) {
-      x.clear();
-      to.push_back(std::move(x));
-    }
-  }
+  move_kept(items, &i, &(p.*shared), Spares::kMax);
 }
 
 }  // namespace

@@ -37,8 +37,7 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
     // A group's requests come in the order of its entries: the cache's lookup reuses the hash.
     if (i < requests.size() && requests[i].name == e.name) requests[i].name_hash = h;
     if (find_locked(e.name, h) >= 0) {
-      std::vector<TensorTableEntry> back;  // destroyed after the throw's message is built
-      for (const auto& [slot, ph] : placed_) back.push_back(remove_locked(slot, ph));
+      for (const auto& [slot, ph] : placed_) remove_locked(slot, ph);
       throw_in_flight(e, requests.empty() ? -1 : requests[0].rank);
     }
     placed_.emplace_back(place_locked(std::move(e), h), h);

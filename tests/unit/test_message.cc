@@ -58,6 +58,32 @@ TEST(Message, ResponsesRoundTrip) {
   EXPECT_EQ(out[0].last_joined_rank, 1);
 }
 
+// Response::reset(): every field back to a default Response's (compared through the wire form,
+// which carries every field), the containers' buffers kept for the next use.
+TEST(Message, ResetResponseIsADefaultOneWithItsBuffers) {
+  Response r;
+  r.type = ResponseType::kBroadcast;
+  r.names = {"a.long.tensor.name.beyond.sso", "y"};
+  r.shapes = {{1}, {2, 2}};
+  r.first_dims = {1, 2, 3, 4};
+  r.dtype = DataType::kFloat64;
+  r.reduce_op = ReduceOp::kMax;
+  r.device_kind = Device::kCUDA;
+  r.root = 2;
+  r.prescale = 0.5;
+  r.postscale = 2.0;
+  r.contributors = 3;
+  r.last_joined_rank = 1;
+  r.group = "g";
+  r.error = "e";
+  const size_t names_capacity = r.names.capacity();
+  r.reset();
+  EXPECT_EQ(serialize_responses({r}), serialize_responses({Response{}}));
+  EXPECT_EQ(r.names.capacity(), names_capacity);
+  EXPECT_GE(r.shapes.capacity(), 2u);
+  EXPECT_GE(r.first_dims.capacity(), 4u);
+}
+
 std::string hex(const std::string& bytes) {
   static const char* const kDigits = "0123456789abcdef";
   std::string out;
