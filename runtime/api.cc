@@ -15,7 +15,6 @@
 #include <memory>
 #include <mutex>
 #include <sstream>
-#include <charconv>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -23,6 +22,7 @@
 
 #include "hvd/error.h"
 #include "hvd/hvd.h"
+#include "runtime/group_unit.h"
 #include "runtime/runtime.h"
 #include "runtime/spares.h"
 #include "runtime/terminate_handler.h"
@@ -300,7 +300,9 @@ struct Checks {
     std::vector<Span> outs;
     for (size_t i = 0; i < out.size(); ++i)
       if (byte_size(out[i]) > 0) outs.push_back(span_of(out[i], i));
-    std::sort(outs.begin(), outs.end(), before);
+    // Buffers are usually allocated in the order they are passed: then no sort is needed.
+    if (!std::is_sorted(outs.begin(), outs.end(), before))
+      std::sort(outs.begin(), outs.end(), before);
     for (size_t k = 1; k < outs.size(); ++k)
       if (same_memory(outs[k - 1], outs[k]) && outs[k].begin < outs[k - 1].end)
         return fail(role(true, std::min(outs[k - 1].index, outs[k].index)) + " and " +
@@ -481,20 +483,37 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
     group.no_overlap(in, out, true);
     if (group.failed()) member_errors.assign(in.size(), group.error);
   }
+  if (std::all_of(member_errors.begin(), member_errors.end(),
+                  [](const std::string& e) { return e.empty(); })) {
+    // The group as one unit: one request, one entry (runtime/group_unit.h).
+    auto state = detail::make_handle_state(1);
+    Request req;
+    req.rank = rt->topology().rank;
+    req.type = RequestType::kAllreduce;
+    detail::Spares::take_name(name, &req.name);
+    req.dtype = in[0].dtype();
+    req.device = in[0].device();
+    group_unit::signature(in, &req.shape);
+    req.reduce_op = op;
+    req.group = name;
+    req.group_size = static_cast<int32_t>(in.size());
+    TensorTableEntry entry;
+    detail::Spares::take_name(name, &entry.name);
+    entry.type = RequestType::kAllreduce;
+    entry.members_in = std::move(in);
+    entry.members_out = std::move(out);
+    entry.handle = state;
+    return rt->enqueue_one(std::move(entry), std::move(req), std::move(state));
+  }
+  // A member failed a check: every member goes to rank 0, which fails the group on every rank.
   auto state = detail::make_handle_state(static_cast<int>(in.size()));
   std::vector<TensorTableEntry> entries;
   std::vector<Request> requests;
   entries.reserve(in.size());
   requests.reserve(in.size());
-  // The members' names "<name>.<i>", written into one buffer (no string built per member).
-  std::string member = name + ".";
-  const size_t stem = member.size();
-  member.reserve(stem + 20);
+  std::string member;  // "<name>.<i>"
   for (size_t i = 0; i < in.size(); ++i) {
-    char digits[20];
-    const auto end = std::to_chars(digits, digits + sizeof digits, i).ptr;
-    member.resize(stem);
-    member.append(digits, end);
+    group_unit::member_name(name, i, &member);
     Request req =
         make_request(*rt, RequestType::kAllreduce, member, in[i], std::move(member_errors[i]));
     req.reduce_op = op;

@@ -7,6 +7,7 @@
 #include "common/ranks.h"
 #include "hvd/error.h"
 #include "runtime/fusion.h"
+#include "runtime/group_unit.h"
 
 namespace hvd {
 namespace {
@@ -60,7 +61,21 @@ void Controller::classify(Request&& r, const Looked& looked) {
         break;
     }
   }
-  uncached_.push_back(std::move(r));
+  go_slow(std::move(r));
+}
+
+// A request for rank 0. A group unit goes as its members, and its entry in the queue becomes
+// theirs (runtime/group_unit.h).
+void Controller::go_slow(Request&& r) {
+  if (!group_unit::is_unit(r)) {
+    uncached_.push_back(std::move(r));
+    return;
+  }
+  // A member name clashes with a tensor of this rank in flight: the queue failed the unit's handle,
+  // and no member request may go to rank 0 (one named like that tensor would be taken for it).
+  if (!queue_.expand_unit(r.name, rank_).empty()) return;
+  group_unit::expand(r, &uncached_);
+  if (options_.on_unit_expanded) options_.on_unit_expanded(r.name, r.group_size);
 }
 
 // Step 1 of the protocol: this rank's new requests, sorted into cache hits and slow ones.
@@ -81,14 +96,15 @@ void Controller::take_requests() {
   if (cache_.capacity() > 0 && !joined_) {
     for (size_t i = 0; i < fresh.size(); ++i) {
       looked_[i].result = cache_.lookup(fresh[i], &looked_[i].pos);
-      if (!fresh[i].group.empty() && looked_[i].result != ResponseCache::Lookup::kHit)
+      if (!fresh[i].group.empty() && !group_unit::is_unit(fresh[i]) &&
+          looked_[i].result != ResponseCache::Lookup::kHit)
         slow_groups.insert(fresh[i].group);
     }
   }
   for (size_t i = 0; i < fresh.size(); ++i) {
     Request& r = fresh[i];
-    if (!r.group.empty() && looked_[i].result == ResponseCache::Lookup::kHit &&
-        slow_groups.count(r.group)) {
+    if (!r.group.empty() && !group_unit::is_unit(r) &&
+        looked_[i].result == ResponseCache::Lookup::kHit && slow_groups.count(r.group)) {
       invalid_positions_.push_back(looked_[i].pos);
       uncached_.push_back(std::move(r));
       continue;
@@ -106,7 +122,7 @@ void Controller::take_requests() {
   });
   for (uint32_t pos : late) {
     invalid_positions_.push_back(pos);
-    uncached_.push_back(std::move(take_pending(pos)));
+    go_slow(std::move(take_pending(pos)));
   }
 }
 
@@ -133,7 +149,7 @@ void Controller::for_each_pending(F&& f) const {
 
 // Every pending hit goes the slow way (in position order, as before).
 void Controller::requeue_all_pending() {
-  for_each_pending([&](uint32_t pos) { uncached_.push_back(std::move(pending_[pos].request)); });
+  for_each_pending([&](uint32_t pos) { go_slow(std::move(pending_[pos].request)); });
   for (uint64_t& w : pending_bits_) w = 0;
 }
 
@@ -172,8 +188,12 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
   }
   if (any_uncached) {
     std::vector<Response> slow = slow_path();
+    // A group whose members all succeeded is cached as its unit response, not member by member
+    // (runtime/group_unit.h); the same on every rank.
+    const std::vector<Response> units = group_unit::units_of(slow, size_);
     for (const auto& r : slow)
-      if (r.contributors == size_) cache_.put(r);
+      if (r.contributors == size_ && !group_unit::in_unit(r, units)) cache_.put(r);
+    for (const auto& u : units) cache_.put(u);
     requeue_evicted_hits();
     ready.insert(ready.end(), std::make_move_iterator(slow.begin()),
                  std::make_move_iterator(slow.end()));
@@ -243,7 +263,7 @@ void Controller::erase_invalid(const std::vector<uint64_t>& bits) {
       uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(invalid));
       invalid &= invalid - 1;
       cache_.erase(pos);
-      if (has_pending(pos)) uncached_.push_back(std::move(take_pending(pos)));
+      if (has_pending(pos)) go_slow(std::move(take_pending(pos)));
     }
   }
 }
@@ -319,7 +339,7 @@ void Controller::requeue_evicted_hits() {
     if (!cache_.occupied(pos) || cache_.get(pos).names[0] != pending_[pos].request.name)
       evicted.push_back(pos);
   });
-  for (uint32_t pos : evicted) uncached_.push_back(std::move(take_pending(pos)));
+  for (uint32_t pos : evicted) go_slow(std::move(take_pending(pos)));
 }
 
 }  // namespace hvd

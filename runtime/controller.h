@@ -9,7 +9,9 @@
 //     cache position in a "hit" bit vector; one whose name is cached with other parameters clears
 //     the position's "valid" bit and goes the slow way; anything else goes the slow way. (A group
 //     takes the fast path only when every member hits; cached hits that waited longer than
-//     fast_path_patience_seconds go the slow way, their entries invalidated.)
+//     fast_path_patience_seconds go the slow way, their entries invalidated.) A group unit's request
+//     (runtime/group_unit.h) is one request like any other, except that it goes the slow way as
+//     its members (go_slow).
 //  2. One AND of [flags | hit bits | valid bits] across ranks, rooted at rank 0
 //     (ControlChannel::star_and: a star, or up and down a binomial tree, HVD_CONTROL_TOPOLOGY):
 //     every rank's vector reaches rank 0, which ANDs them and replies. The flags are inverted so that AND answers "does ANY rank ...": want to shut down,
@@ -27,7 +29,8 @@
 //     (ControlChannel::broadcast; an ERROR response for a mismatch, so every rank fails that handle
 //     with the same message instead of hanging).
 //  5. Every rank puts the slow-path responses into its cache (identically, so the caches stay
-//     equal), re-checks its pending hits against evictions, and fuses the list (runtime/fusion.h).
+//     equal; a group whose members all succeeded as its one unit response), re-checks its pending
+//     hits against evictions, and fuses the list (runtime/fusion.h).
 // The returned list is identical on every rank, in the same order.
 //
 // Thread safety: background thread only.
@@ -66,6 +69,9 @@ struct ControllerOptions {
   // Rank 0: tells every rank's watchdog which ranks were lost (besides the reply of this cycle,
   // which a rank busy in a collective would not read). Empty: nothing.
   std::function<void(const std::vector<int>& lost)> announce_lost;
+  // Called when a group unit goes the slow way as its members (runtime/group_unit.h): the
+  // timeline's rows follow. Empty: nothing.
+  std::function<void(const std::string& group, int32_t members)> on_unit_expanded;
 };
 
 class Controller {
@@ -101,6 +107,7 @@ class Controller {
     uint32_t pos = 0;
   };
   void classify(Request&& r, const Looked& looked);
+  void go_slow(Request&& r);
   std::vector<Looked> looked_;  // take_requests()' scratch, reused
   std::vector<uint64_t> local_bits(bool shutdown_requested);
   void exchange_bits(std::vector<uint64_t>& bits);

@@ -11,6 +11,7 @@
 #include "hvd/error.h"
 #include "runtime/controller.h"
 #include "runtime/fusion.h"
+#include "runtime/group_unit.h"
 #include "runtime/handle.h"
 #include "runtime/spares.h"
 
@@ -73,6 +74,17 @@ long stop_at_batch_from_env(int rank) {
   return -1;
 }
 
+// Ends the op span of a response's names (begin_spans) when the batch is done, however it ends.
+struct SpanEnd {
+  Timeline* t;
+  const Response& r;
+  const std::string& span;
+  ~SpanEnd() {
+    if (t)
+      for (const auto& n : r.names) t->end(n, span);
+  }
+};
+
 }  // namespace
 
 // One collective's batch and what it borrows for the op's duration.
@@ -101,6 +113,10 @@ void Executor::perform(const Response& r) {
   if (timeline_)
     for (const auto& n : r.names) timeline_->end(n, "QUEUE");
   if (perform_control(r)) return;
+  if (group_unit::is_unit(r)) {
+    perform_unit(r);
+    return;
+  }
   Batch b;
   // The last batch's vectors (emptied, their capacity kept): a job of one rank runs one batch per
   // tensor, and two vectors allocated for each cost more than the rest of the batch's bookkeeping.
@@ -117,17 +133,14 @@ void Executor::perform(const Response& r) {
   b.op.first_dims = r.first_dims;
   take_entries(r, b);
   begin_spans(r, b);
-  struct SpanEnd {
-    Timeline* t;
-    const Response& r;
-    const std::string& span;
-    ~SpanEnd() {
-      if (t)
-        for (const auto& n : r.names) t->end(n, span);
-    }
-  } span_end{timeline_, r, b.span};
+  const SpanEnd span_end{timeline_, r, b.span};
   execute(r, b);
-  // The entries' names, for the next submissions (runtime/spares.h).
+  recycle(b);
+}
+
+// The entries' names go to the spares, for the next submissions (runtime/spares.h); the batch's
+// vectors, emptied, are kept for the next batch.
+void Executor::recycle(Batch& b) {
   spare_names_.clear();
   for (auto& e : b.op.entries) spare_names_.push_back(std::move(e.name));
   detail::Spares::give(&spare_names_, nullptr);
@@ -135,6 +148,66 @@ void Executor::perform(const Response& r) {
   b.op.entries.clear();
   taken_spare_.swap(b.taken);
   entries_spare_.swap(b.op.entries);
+}
+
+// A group unit's response (runtime/group_unit.h): the members come from the unit's entry, one
+// batch per run of members with the same dtype and device (what plan_fusion makes of a group's
+// member responses), each completing the unit's handle once. Every rank has the entry: a unit
+// response runs only when every rank's unit request hit the cache.
+void Executor::perform_unit(const Response& r) {
+  std::optional<TensorTableEntry> unit = queue_.take(r.names[0]);
+  if (!unit) return;  // the queue was closed (shutdown), which failed the handle
+  std::vector<TensorRef>& in = unit->members_in;
+  std::vector<TensorRef>& out = unit->members_out;
+  const size_t n = in.size();
+  auto same_run = [&](size_t a, size_t b) {
+    return in[a].dtype() == in[b].dtype() && in[a].device() == in[b].device();
+  };
+  int runs = n > 0 ? 1 : 0;
+  for (size_t i = 1; i < n; ++i) runs += same_run(i - 1, i) ? 0 : 1;
+  if (runs == 0) {
+    unit->handle->complete_one();
+    return;
+  }
+  if (runs > 1) unit->handle->expect_more(runs - 1);
+  for (size_t i = 0; i < n;) {
+    size_t end = i + 1;
+    while (end < n && same_run(i, end)) ++end;
+    Batch b;
+    b.taken.swap(taken_spare_);
+    b.op.entries.swap(entries_spare_);
+    b.op.type = ops::CollectiveType::kAllreduce;
+    b.op.dtype = in[i].dtype();
+    b.op.device = in[i].device();
+    b.op.reduce_op = r.reduce_op;
+    b.op.prescale = r.prescale;
+    b.op.postscale = r.postscale;
+    b.op.contributors = r.contributors;
+    b.op.entries.reserve(end - i);
+    // An op names its entries only in error messages: the batch's first entry (the no-backend
+    // message) and, for a device batch, every entry (the wrong-device check). Building the other
+    // members' names would cost more than the rest of their bookkeeping.
+    const bool name_all = b.op.device.kind != Device::kCPU;
+    for (size_t k = i; k < end; ++k) {
+      ops::OpEntry oe;
+      if (name_all || k == i) {
+        group_unit::member_name(r.group, k, &member_);
+        detail::Spares::take_name(member_, &oe.name);
+      }
+      oe.input = std::move(in[k]);
+      oe.output = std::move(out[k]);
+      oe.result = &unit->handle->output;
+      b.op.entries.push_back(std::move(oe));
+    }
+    b.taken.emplace_back();
+    b.taken.back().name = r.group;
+    b.taken.back().handle = unit->handle;
+    begin_spans(r, b);
+    const SpanEnd span_end{timeline_, r, b.span};
+    execute(r, b);
+    recycle(b);
+    i = end;
+  }
 }
 
 // Error, join and barrier responses: no data moves. Returns whether `r` was one.

@@ -6,11 +6,16 @@
 #include <map>
 
 #include "hvd/error.h"
+#include "runtime/group_unit.h"
 
 namespace hvd {
 namespace {
 
-bool fusable(const Response& r) { return r.type == ResponseType::kAllreduce && r.error.empty(); }
+// A group unit's response (runtime/group_unit.h) stands alone: its one shape is the members'
+// signature, and the executor runs its members from the unit's entry.
+bool fusable(const Response& r) {
+  return r.type == ResponseType::kAllreduce && r.error.empty() && !group_unit::is_unit(r);
+}
 
 bool compatible(const Response& a, const Response& b) {
   return a.dtype == b.dtype && a.device_kind == b.device_kind && a.reduce_op == b.reduce_op &&

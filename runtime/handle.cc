@@ -121,6 +121,11 @@ void HandleState::complete_one() {
   }
 }
 
+void HandleState::expect_more(int n) {
+  std::lock_guard<std::mutex> lock(mu);
+  pending += n;
+}
+
 void HandleState::fail(ErrorKind kind, const std::string& message) {
   std::lock_guard<std::mutex> lock(mu);
   if (done) return;

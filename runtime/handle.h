@@ -53,6 +53,9 @@ struct HandleState {
 
   // One tensor of the operation finished (successfully).
   void complete_one();
+  // The operation will complete `n` more tensors than it expected (a group unit split into its
+  // members or into several batches, runtime/group_unit.h); before any of them completes.
+  void expect_more(int n);
   // The operation failed: every waiter throws this message. The first failure wins.
   void fail(ErrorKind kind, const std::string& message);
   void set_join_result(int rank);

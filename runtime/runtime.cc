@@ -12,6 +12,7 @@
 #include "hvd/error.h"
 #include "ops/backends.h"
 #include "runtime/coordinator.h"
+#include "runtime/group_unit.h"
 #include "runtime/spares.h"
 
 namespace hvd {
@@ -167,6 +168,17 @@ void Runtime::build_controller(bool thread_multiple, PeerLossHandler on_peer_los
   co.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   co.peer_timeout_seconds = config_.peer_timeout_seconds;
   co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
+  if (timeline_)
+    // A group unit that goes the slow way becomes its members: its row's NEGOTIATE span ends, and
+    // each member's row takes it over (runtime/group_unit.h).
+    co.on_unit_expanded = [t = timeline_.get()](const std::string& group, int32_t members) {
+      t->end(group, "NEGOTIATE");
+      std::string member;
+      for (int32_t i = 0; i < members; ++i) {
+        group_unit::member_name(group, static_cast<size_t>(i), &member);
+        t->begin(member, "NEGOTIATE");
+      }
+    };
   comm::WatchdogOptions wo;
   wo.peer_timeout_seconds = config_.peer_timeout_seconds;
   wo.action = comm::parse_peer_loss_action(config_.on_peer_loss);

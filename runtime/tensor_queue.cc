@@ -1,6 +1,7 @@
 #include "runtime/tensor_queue.h"
 
 #include "hvd/error.h"
+#include "runtime/group_unit.h"
 
 namespace hvd {
 
@@ -128,6 +129,37 @@ void TensorQueue::take_all(const std::vector<std::string>& names,
     else
       (*out)[i].reset();
   }
+}
+
+std::string TensorQueue::expand_unit(const std::string& group, int rank) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t h = NameIndex::hash(group);
+  const int64_t at = find_locked(group, h);
+  if (at < 0) return "";
+  TensorTableEntry unit = remove_locked(static_cast<uint32_t>(at), h);
+  const size_t n = unit.members_in.size();
+  std::vector<TensorTableEntry> members(n);
+  for (size_t i = 0; i < n; ++i) {
+    TensorTableEntry& m = members[i];
+    group_unit::member_name(group, i, &m.name);
+    if (find_locked(m.name, NameIndex::hash(m.name)) >= 0) {
+      lock.unlock();
+      const std::string error =
+          "grouped_allreduce of '" + group + "' failed: a tensor named '" + m.name +
+          "' (the name of its member " + std::to_string(i) + ") is already in flight on rank " +
+          std::to_string(rank) +
+          ". Wait for that tensor's handle first, or give the group another name.";
+      unit.handle->fail(detail::ErrorKind::kInvalidArgument, error);
+      return error;
+    }
+    m.type = RequestType::kAllreduce;
+    m.input = std::move(unit.members_in[i]);
+    m.output = std::move(unit.members_out[i]);
+    m.handle = unit.handle;
+  }
+  if (n > 1) unit.handle->expect_more(static_cast<int>(n) - 1);
+  for (auto& m : members) place_locked(std::move(m), NameIndex::hash(m.name));
+  return "";
 }
 
 void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {

@@ -30,6 +30,8 @@ struct TensorTableEntry {
   TensorRef output;
   std::vector<int64_t> splits;
   std::shared_ptr<detail::HandleState> handle;
+  // A grouped allreduce queued as one unit (runtime/group_unit.h): the members' tensors.
+  std::vector<TensorRef> members_in, members_out;
 };
 
 class TensorQueue {
@@ -57,6 +59,13 @@ class TensorQueue {
   // entry. *out is the caller's, reused from batch to batch (no allocation once it is large enough).
   void take_all(const std::vector<std::string>& names,
                 std::vector<std::optional<TensorTableEntry>>* out);
+  // The background thread, for a group unit that goes the slow way (runtime/group_unit.h): replaces
+  // the unit's entry `group` by one entry per member ("<group>.<i>", sharing the unit's handle,
+  // which then expects one completion per member). Returns "" when done or when the entry is
+  // gone (closed); otherwise (a member's name is already in flight on this rank) the error, after
+  // failing the unit's handle with it: the unit's entry is then gone, and the tensor in flight is
+  // left as it was.
+  std::string expand_unit(const std::string& group, int rank);
   // Fails every entry with the message and refuses later adds with it.
   void close(detail::ErrorKind kind, const std::string& message);
   size_t size() const;

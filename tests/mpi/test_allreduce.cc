@@ -260,6 +260,72 @@ void run_grouped(ReduceOp op, const std::vector<int64_t>& sizes, const std::stri
   }
 }
 
+// A group repeated step after step, as a trainer's gradients are: the first step negotiates its
+// members through rank 0, later steps run the group as one cached unit (runtime/group_unit.h),
+// one batch per run of members with the same dtype. Mixed dtypes, an empty member, an in-place
+// member, values that change every step, a member reshaped at step 3 (the group goes the slow
+// way again, then hits as the new unit), and an ungrouped tensor beside the group.
+TEST_F(Allreduce, GroupedRepeatsAsOneUnitThroughReshapes) {
+  const int rank = hvd::rank(), size = hvd::size();
+  const std::vector<DataType> dtypes = {DataType::kFloat32, DataType::kFloat32, DataType::kFloat64,
+                                        DataType::kInt32,   DataType::kFloat32, DataType::kInt64};
+  for (int step = 0; step < 6; ++step) {
+    std::vector<int64_t> sizes = {5, 0, 7, 3, 1024, 2};
+    if (step >= 3) sizes[2] = 11;  // reshaped from step 3 on
+    const int64_t shift = 10 * step;
+    std::vector<Buffer> in, out;
+    for (size_t k = 0; k < dtypes.size(); ++k) {
+      Buffer b(dtypes[k], sizes[k]);
+      b.fill([&](int64_t i) {
+        return reduce_contrib(ReduceOp::kSum, dtypes[k], rank, size,
+                              i + shift + static_cast<int64_t>(k));
+      });
+      in.push_back(std::move(b));
+      Buffer o(dtypes[k], sizes[k]);
+      o.fill([](int64_t) { return 7; });
+      out.push_back(std::move(o));
+    }
+    std::vector<hvd::TensorRef> ins, outs;
+    for (size_t k = 0; k < dtypes.size(); ++k) {
+      ins.push_back(in[k].ref());
+      outs.push_back(k == 3 ? in[k].ref() : out[k].ref());  // member 3 in place
+    }
+    Buffer lone(DataType::kFloat32, 9);
+    lone.fill([&](int64_t i) {
+      return reduce_contrib(ReduceOp::kSum, DataType::kFloat32, rank, size, i + shift);
+    });
+    const std::string label = "grouped.repeat step " + std::to_string(step);
+    {
+      Watchdog w(label);
+      hvd::Handle g = enqueue(
+          [&] { return hvd::grouped_allreduce_async(ins, outs, "grouped.repeat", ReduceOp::kSum); },
+          "grouped.repeat");
+      hvd::Handle l = enqueue(
+          [&] {
+            return hvd::allreduce_async(lone.ref(), lone.ref(), "grouped.repeat.lone",
+                                        ReduceOp::kSum);
+          },
+          "grouped.repeat.lone");
+      wait_ok(g, label);
+      wait_ok(l, label + " (lone)");
+    }
+    for (size_t k = 0; k < dtypes.size(); ++k)
+      check_values(
+          k == 3 ? in[k] : out[k],
+          [&](int64_t i) {
+            return reduce_expected(ReduceOp::kSum, dtypes[k], size,
+                                   i + shift + static_cast<int64_t>(k), 1, 1);
+          },
+          label + " member " + std::to_string(k), tolerance(ReduceOp::kSum, dtypes[k]));
+    check_values(
+        lone,
+        [&](int64_t i) {
+          return reduce_expected(ReduceOp::kSum, DataType::kFloat32, size, i + shift, 1, 1);
+        },
+        label + " lone", tolerance(ReduceOp::kSum, DataType::kFloat32));
+  }
+}
+
 TEST_F(Allreduce, GroupedSumEveryDtypeAndSize) { run_grouped(ReduceOp::kSum, all_sizes(), "sum"); }
 TEST_F(Allreduce, GroupedAverageAndProduct) {
   run_grouped(ReduceOp::kAverage, {7, 1, 0, 33}, "average");

@@ -13,6 +13,7 @@
 
 #include "hvd/error.h"
 #include "runtime/controller.h"
+#include "runtime/group_unit.h"
 #include "runtime/response_cache.h"
 #include "tests/unit/in_process_channel.h"
 
@@ -78,6 +79,20 @@ class Rank {
     queue_.add(std::move(entries), std::move(requests));
   }
   void submit(Request r) { submit(std::vector<Request>{std::move(r)}); }
+  // A group as grouped_allreduce_async() queues it (runtime/group_unit.h): one unit request and
+  // one entry holding the members (no data: the controller never touches it).
+  void submit_unit(const std::string& group, const std::vector<TensorRef>& members) {
+    Request q = request(rank_, group, RequestType::kAllreduce, {}, members.at(0).dtype());
+    group_unit::signature(members, &q.shape);
+    q.group = group;
+    q.group_size = static_cast<int32_t>(members.size());
+    TensorTableEntry e;
+    e.name = group;
+    e.members_in = members;
+    e.members_out = members;
+    e.handle = detail::make_handle_state(1);
+    queue_.add_one(std::move(e), std::move(q));
+  }
 
   // One cycle; the tensors of its responses leave the queue (as the runtime's perform() takes
   // them). Returns them.
@@ -298,54 +313,72 @@ TEST_P(ControllerTest, GroupIsReleasedOnlyWhenWholeGroupIsReady) {
 // the slow path gave it: the whole group in one response, beside ungrouped tensors and another
 // group, the same on every rank; a member of another dtype still runs apart from the others.
 TEST_P(ControllerTest, CachedGroupsComeOutWholeAsTheyDidTheFirstTime) {
+  // A group unit's first step goes to rank 0 as its members; from then on the unit is one cache
+  // hit and one response, with no slow path, on every rank. A reshaped member sends the group
+  // the slow way again (as members, with the new shape), after which the new unit hits.
   const int n = GetParam();
   InProcessHub hub(n);
-  auto group = [](int r, const std::string& g, int size, DataType odd_dtype_at = DataType::kFloat32,
-                  int odd = -1) {
-    std::vector<Request> members;
-    for (int i = 0; i < size; ++i) {
-      Request q = request(r, g + "." + std::to_string(i), RequestType::kAllreduce, {i + 1},
-                          i == odd ? odd_dtype_at : DataType::kFloat32);
-      q.group = g;
-      q.group_size = size;
-      members.push_back(std::move(q));
-    }
-    return members;
+  auto members = [](int size, DataType odd_dtype = DataType::kFloat32, int odd = -1,
+                    int64_t odd_rows = 0) {
+    std::vector<TensorRef> m;
+    for (int i = 0; i < size; ++i)
+      m.emplace_back(nullptr, i == odd ? odd_dtype : DataType::kFloat32,
+                     std::vector<int64_t>{i == odd && odd_rows > 0 ? odd_rows : i + 1});
+    return m;
   };
-  std::vector<std::string> names = {"a", "b"};
-  for (int i = 0; i < 40; ++i) names.push_back("g." + std::to_string(i));
-  for (int i = 0; i < 5; ++i) names.push_back("h." + std::to_string(i));
+  auto member_names = [](const std::string& g, int size) {
+    std::vector<std::string> out;
+    for (int i = 0; i < size; ++i) out.push_back(g + "." + std::to_string(i));
+    return out;
+  };
+  std::vector<std::string> first_names = {"a", "b"};
+  for (const auto& m : member_names("g", 40)) first_names.push_back(m);
+  for (const auto& m : member_names("h", 5)) first_names.push_back(m);
+  const std::vector<std::string> unit_names = {"a", "b", "g", "h"};
   auto seen = run_ranks(
       n,
       [&](Rank& me) {
         const int r = me.rank();
-        auto round = [&] {
+        auto round = [&](const std::vector<std::string>& expect, int64_t h_rows) {
           me.submit(request(r, "a"));
-          me.submit(group(r, "g", 40));
-          me.submit(group(r, "h", 5, DataType::kFloat64, 2));
+          me.submit_unit("g", members(40));
+          me.submit_unit("h", members(5, DataType::kFloat64, 2, h_rows));
           me.submit(request(r, "b"));
-          return me.until(names);
+          return me.until(expect);
         };
-        std::vector<Seen> first = round();
-        const int slow_paths = hub.gathers(r);
+        std::vector<Seen> first = round(first_names, 0);
+        for (int i = 0; i < 40; ++i)
+          EXPECT_EQ(me.find(first, "g." + std::to_string(i)).shape, std::vector<int64_t>{i + 1});
+        EXPECT_EQ(me.find(first, "h.2").fused_with, 1u);  // the float64 member apart
+        int slow_paths = hub.gathers(r);
+        std::vector<int64_t> g_signature, h_signature;
+        group_unit::signature(members(40), &g_signature);
+        group_unit::signature(members(5, DataType::kFloat64, 2), &h_signature);
         for (int k = 0; k < 3; ++k) {
-          std::vector<Seen> again = round();
+          std::vector<Seen> again = round(unit_names, 0);
           EXPECT_EQ(hub.gathers(r), slow_paths) << "round " << k << " took the slow path";
-          for (const auto& name : names) {
-            const Seen s = me.find(again, name), f = me.find(first, name);
+          for (const auto& name : unit_names) {
+            const Seen s = me.find(again, name);
             EXPECT_EQ(s.type, ResponseType::kAllreduce) << name << ": " << s.error;
-            EXPECT_EQ(s.shape, f.shape) << name;
             EXPECT_EQ(s.contributors, me.size()) << name;
           }
-          // Every member of g in one response (with whatever fused beside it), h.2 (float64)
-          // apart from h's float32 members.
-          const size_t g_fused = me.find(again, "g.0").fused_with;
-          EXPECT_GE(g_fused, 40u);
-          for (int i = 1; i < 40; ++i)
-            EXPECT_EQ(me.find(again, "g." + std::to_string(i)).fused_with, g_fused) << i;
-          EXPECT_EQ(me.find(again, "h.2").fused_with, 1u);
-          EXPECT_GE(me.find(again, "h.0").fused_with, 4u);
+          EXPECT_EQ(me.find(again, "g").shape, g_signature);
+          EXPECT_EQ(me.find(again, "h").shape, h_signature);
+          EXPECT_EQ(me.find(again, "g").fused_with, 1u);  // a unit stands alone
+          EXPECT_EQ(me.find(again, "h").fused_with, 1u);
+          for (const auto& s : again) EXPECT_NE(s.name.rfind("g.", 0), 0u) << s.name;
         }
+        // h.2 reshaped: h goes to rank 0 as members again, then its new unit hits.
+        std::vector<std::string> reshaped = {"a", "b", "g"};
+        for (const auto& m : member_names("h", 5)) reshaped.push_back(m);
+        std::vector<Seen> re = round(reshaped, 9);
+        EXPECT_GT(hub.gathers(r), slow_paths);
+        EXPECT_EQ(me.find(re, "h.2").shape, std::vector<int64_t>{9});
+        slow_paths = hub.gathers(r);
+        std::vector<Seen> after = round(unit_names, 9);
+        EXPECT_EQ(hub.gathers(r), slow_paths) << "the reshaped group's unit missed";
+        group_unit::signature(members(5, DataType::kFloat64, 2, 9), &h_signature);
+        EXPECT_EQ(me.find(after, "h").shape, h_signature);
       },
       test_options(), &hub);
   expect_same_everywhere(seen);
