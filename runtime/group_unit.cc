@@ -64,6 +64,9 @@ void expand(const Request& unit, std::vector<Request>* out) {
     m.type = RequestType::kAllreduce;
     m.dtype = static_cast<DataType>(sig[at]);
     m.device.kind = static_cast<Device::Kind>(sig[at + 1]);
+    // The index is not in the signature (it differs between ranks); the unit's is its first
+    // member's. A request's index only shows in messages (rank 0 compares device kinds), and every
+    // GPU tensor of a rank is on that rank's one device (api.cc's checks).
     m.device.index = unit.device.index;
     m.reduce_op = unit.reduce_op;
     m.prescale = unit.prescale;
