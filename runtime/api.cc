@@ -500,8 +500,9 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
     TensorTableEntry entry;
     detail::Spares::take_name(name, &entry.name);
     entry.type = RequestType::kAllreduce;
-    entry.members_in = std::move(in);
-    entry.members_out = std::move(out);
+    entry.members = std::make_unique<TensorTableEntry::Members>();
+    entry.members->in = std::move(in);
+    entry.members->out = std::move(out);
     entry.handle = state;
     return rt->enqueue_one(std::move(entry), std::move(req), std::move(state));
   }

@@ -157,8 +157,11 @@ void Executor::recycle(Batch& b) {
 void Executor::perform_unit(const Response& r) {
   std::optional<TensorTableEntry> unit = queue_.take(r.names[0]);
   if (!unit) return;  // the queue was closed (shutdown), which failed the handle
-  std::vector<TensorRef>& in = unit->members_in;
-  std::vector<TensorRef>& out = unit->members_out;
+  if (!unit->members)
+    throw InternalError("the entry of group unit '" + r.names[0] +
+                        "' has no members: please report this bug.");
+  std::vector<TensorRef>& in = unit->members->in;
+  std::vector<TensorRef>& out = unit->members->out;
   const size_t n = in.size();
   auto same_run = [&](size_t a, size_t b) {
     return in[a].dtype() == in[b].dtype() && in[a].device() == in[b].device();

@@ -137,7 +137,7 @@ std::string TensorQueue::expand_unit(const std::string& group, int rank) {
   const int64_t at = find_locked(group, h);
   if (at < 0) return "";
   TensorTableEntry unit = remove_locked(static_cast<uint32_t>(at), h);
-  const size_t n = unit.members_in.size();
+  const size_t n = unit.members ? unit.members->in.size() : 0;
   std::vector<TensorTableEntry> members(n);
   for (size_t i = 0; i < n; ++i) {
     TensorTableEntry& m = members[i];
@@ -153,8 +153,8 @@ std::string TensorQueue::expand_unit(const std::string& group, int rank) {
       return error;
     }
     m.type = RequestType::kAllreduce;
-    m.input = std::move(unit.members_in[i]);
-    m.output = std::move(unit.members_out[i]);
+    m.input = std::move(unit.members->in[i]);
+    m.output = std::move(unit.members->out[i]);
     m.handle = unit.handle;
   }
   if (n > 1) unit.handle->expect_more(static_cast<int>(n) - 1);

@@ -30,8 +30,12 @@ struct TensorTableEntry {
   TensorRef output;
   std::vector<int64_t> splits;
   std::shared_ptr<detail::HandleState> handle;
-  // A grouped allreduce queued as one unit (runtime/group_unit.h): the members' tensors.
-  std::vector<TensorRef> members_in, members_out;
+  // A grouped allreduce queued as one unit (runtime/group_unit.h): the members' tensors. Behind a
+  // pointer: every other entry pays one pointer for it, not two vectors, in each of its moves.
+  struct Members {
+    std::vector<TensorRef> in, out;
+  };
+  std::unique_ptr<Members> members;
 };
 
 class TensorQueue {

@@ -88,8 +88,9 @@ class Rank {
     q.group_size = static_cast<int32_t>(members.size());
     TensorTableEntry e;
     e.name = group;
-    e.members_in = members;
-    e.members_out = members;
+    e.members = std::make_unique<TensorTableEntry::Members>();
+    e.members->in = members;
+    e.members->out = members;
     e.handle = detail::make_handle_state(1);
     queue_.add_one(std::move(e), std::move(q));
   }

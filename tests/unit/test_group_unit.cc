@@ -151,8 +151,9 @@ TEST(GroupUnit, NoUnitForAGroupThatFailedOrMissesAMemberOrARank) {
 TensorTableEntry unit_entry(const std::string& group, const std::vector<TensorRef>& members) {
   TensorTableEntry e;
   e.name = group;
-  e.members_in = members;
-  e.members_out = members;
+  e.members = std::make_unique<TensorTableEntry::Members>();
+  e.members->in = members;
+  e.members->out = members;
   e.handle = detail::make_handle_state(1);
   return e;
 }
