@@ -283,43 +283,51 @@ struct Checks {
       return grouped ? std::string(is_out ? "output " : "input ") + std::to_string(i)
                      : std::string(is_out ? "the output" : "the input");
     };
+    // Spans ordered by (device, begin); the device as one key (kind, index), so that ordering a
+    // group of 1000 outputs compares two integers, not a tuple.
     struct Span {
-      Device device;
+      uint64_t device;
       uintptr_t begin, end;
       size_t index;
     };
-    auto span_of = [](const TensorRef& t, size_t i) {
-      const auto begin = reinterpret_cast<uintptr_t>(t.data());
-      return Span{t.device(), begin, begin + static_cast<uintptr_t>(byte_size(t)), i};
+    auto device_key = [](const Device& d) {
+      return uint64_t{static_cast<uint32_t>(d.kind)} << 32 | static_cast<uint32_t>(d.index);
     };
     auto before = [](const Span& a, const Span& b) {
-      return std::tuple(static_cast<int>(a.device.kind), a.device.index, a.begin) <
-             std::tuple(static_cast<int>(b.device.kind), b.device.index, b.begin);
+      return a.device != b.device ? a.device < b.device : a.begin < b.begin;
     };
-    auto same_memory = [](const Span& a, const Span& b) { return a.device == b.device; };
+    std::vector<int64_t> out_bytes(out.size());
     std::vector<Span> outs;
-    for (size_t i = 0; i < out.size(); ++i)
-      if (byte_size(out[i]) > 0) outs.push_back(span_of(out[i], i));
+    outs.reserve(out.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      out_bytes[i] = byte_size(out[i]);
+      if (out_bytes[i] <= 0) continue;
+      const auto begin = reinterpret_cast<uintptr_t>(out[i].data());
+      outs.push_back(Span{device_key(out[i].device()), begin,
+                          begin + static_cast<uintptr_t>(out_bytes[i]), i});
+    }
     // Buffers are usually allocated in the order they are passed: then no sort is needed.
     if (!std::is_sorted(outs.begin(), outs.end(), before))
       std::sort(outs.begin(), outs.end(), before);
     for (size_t k = 1; k < outs.size(); ++k)
-      if (same_memory(outs[k - 1], outs[k]) && outs[k].begin < outs[k - 1].end)
+      if (outs[k - 1].device == outs[k].device && outs[k].begin < outs[k - 1].end)
         return fail(role(true, std::min(outs[k - 1].index, outs[k].index)) + " and " +
                     role(true, std::max(outs[k - 1].index, outs[k].index)) +
                     " overlap in memory: give every output its own buffer.");
     // The outputs are disjoint and sorted: an input can only overlap the last one starting before
     // its end.
     for (size_t j = 0; j < in.size(); ++j) {
-      if (byte_size(in[j]) <= 0) continue;
-      const Span s = span_of(in[j], j);
+      const int64_t bytes = byte_size(in[j]);
+      if (bytes <= 0) continue;
       if (j < out.size() && out[j].data() == in[j].data() && out[j].device() == in[j].device() &&
-          byte_size(out[j]) == byte_size(in[j]))
+          out_bytes[j] == bytes)
         continue;  // in place
+      const auto begin = reinterpret_cast<uintptr_t>(in[j].data());
+      const Span s{device_key(in[j].device()), begin, begin + static_cast<uintptr_t>(bytes), j};
       auto it = std::lower_bound(outs.begin(), outs.end(), Span{s.device, s.end, s.end, 0}, before);
       if (it == outs.begin()) continue;
       const Span& o = *std::prev(it);
-      if (!same_memory(o, s) || o.end <= s.begin) continue;
+      if (o.device != s.device || o.end <= s.begin) continue;
       const uintptr_t common = std::min(o.end, s.end) - std::max(o.begin, s.begin);
       return fail(overlap_message(role(true, o.index), role(false, j), common));
     }
