@@ -489,30 +489,16 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
   if (std::all_of(member_errors.begin(), member_errors.end(),
                   [](const std::string& e) { return e.empty(); })) {
     group.no_overlap(in, out, true);
-    if (group.failed()) member_errors.assign(in.size(), group.error);
-  }
-  if (std::all_of(member_errors.begin(), member_errors.end(),
-                  [](const std::string& e) { return e.empty(); })) {
-    // The group as one unit: one request, one entry (runtime/group_unit.h).
-    auto state = detail::make_handle_state(1);
-    Request req;
-    req.rank = rt->topology().rank;
-    req.type = RequestType::kAllreduce;
-    detail::Spares::take_name(name, &req.name);
-    req.dtype = in[0].dtype();
-    req.device = in[0].device();
-    group_unit::signature(in, &req.shape);
-    req.reduce_op = op;
-    req.group = name;
-    req.group_size = static_cast<int32_t>(in.size());
-    TensorTableEntry entry;
-    detail::Spares::take_name(name, &entry.name);
-    entry.type = RequestType::kAllreduce;
-    entry.members = std::make_unique<TensorTableEntry::Members>();
-    entry.members->in = std::move(in);
-    entry.members->out = std::move(out);
-    entry.handle = state;
-    return rt->enqueue_one(std::move(entry), std::move(req), std::move(state));
+    if (!group.failed()) {
+      // The group as one unit: one request, one entry (runtime/group_unit.h).
+      auto state = detail::make_handle_state(1);
+      Request req;
+      TensorTableEntry entry;
+      group_unit::make(rt->topology().rank, name, op, std::move(in), std::move(out), state, &req,
+                       &entry);
+      return rt->enqueue_one(std::move(entry), std::move(req), std::move(state));
+    }
+    member_errors.assign(in.size(), group.error);
   }
   // A member failed a check: every member goes to rank 0, which fails the group on every rank.
   auto state = detail::make_handle_state(static_cast<int>(in.size()));

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "hvd/error.h"
+#include "runtime/spares.h"
 
 namespace hvd::group_unit {
 namespace {
@@ -41,6 +42,28 @@ void signature(const std::vector<TensorRef>& members, std::vector<int64_t>* out)
   for (const auto& t : members) n += kHead + t.shape().size();
   out->reserve(n);
   for (const auto& t : members) append_member(t.dtype(), t.device().kind, t.shape(), out);
+}
+
+void make(int32_t rank, const std::string& group, ReduceOp op, std::vector<TensorRef> in,
+          std::vector<TensorRef> out, std::shared_ptr<detail::HandleState> handle, Request* request,
+          TensorTableEntry* entry) {
+  Request& q = *request;
+  q.rank = rank;
+  q.type = RequestType::kAllreduce;
+  detail::Spares::take_name(group, &q.name);
+  q.dtype = in.at(0).dtype();
+  q.device = in[0].device();
+  signature(in, &q.shape);
+  q.reduce_op = op;
+  q.group = group;
+  q.group_size = static_cast<int32_t>(in.size());
+  TensorTableEntry& e = *entry;
+  detail::Spares::take_name(group, &e.name);
+  e.type = RequestType::kAllreduce;
+  e.members = std::make_unique<TensorTableEntry::Members>();
+  e.members->in = std::move(in);
+  e.members->out = std::move(out);
+  e.handle = std::move(handle);
 }
 
 void member_name(const std::string& group, size_t i, std::string* out) {

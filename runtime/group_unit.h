@@ -28,7 +28,9 @@
 #include <vector>
 
 #include "hvd/tensor.h"
+#include "runtime/handle.h"
 #include "runtime/message.h"
+#include "runtime/tensor_queue.h"
 
 namespace hvd::group_unit {
 
@@ -39,6 +41,12 @@ inline bool is_unit(const Response& r) {
 
 // The members' signature, into *out (replaced).
 void signature(const std::vector<TensorRef>& members, std::vector<int64_t>* out);
+
+// The unit request and entry of group `group` of the members in -> out (in.size() members, at
+// least one), whose operation completes `handle`: what grouped_allreduce_async() queues.
+void make(int32_t rank, const std::string& group, ReduceOp op, std::vector<TensorRef> in,
+          std::vector<TensorRef> out, std::shared_ptr<detail::HandleState> handle, Request* request,
+          TensorTableEntry* entry);
 
 // Member i's name: "<group>.<i>", into *out (replaced; its buffer reused).
 void member_name(const std::string& group, size_t i, std::string* out);

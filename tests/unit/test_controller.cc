@@ -82,16 +82,10 @@ class Rank {
   // A group as grouped_allreduce_async() queues it (runtime/group_unit.h): one unit request and
   // one entry holding the members (no data: the controller never touches it).
   void submit_unit(const std::string& group, const std::vector<TensorRef>& members) {
-    Request q = request(rank_, group, RequestType::kAllreduce, {}, members.at(0).dtype());
-    group_unit::signature(members, &q.shape);
-    q.group = group;
-    q.group_size = static_cast<int32_t>(members.size());
+    Request q;
     TensorTableEntry e;
-    e.name = group;
-    e.members = std::make_unique<TensorTableEntry::Members>();
-    e.members->in = members;
-    e.members->out = members;
-    e.handle = detail::make_handle_state(1);
+    group_unit::make(rank_, group, ReduceOp::kSum, members, members, detail::make_handle_state(1),
+                     &q, &e);
     queue_.add_one(std::move(e), std::move(q));
   }
 

@@ -23,17 +23,14 @@ std::vector<TensorRef> mixed_members() {
           TensorRef(nullptr, DataType::kFloat32, {5, 1, 4}, Device::cuda(1))};
 }
 
-Request unit_request(const std::string& group, const std::vector<TensorRef>& members) {
+// A group's unit request and entry, as grouped_allreduce_async() makes them on rank 3.
+Request unit_request(const std::string& group, const std::vector<TensorRef>& members,
+                     TensorTableEntry* entry = nullptr) {
   Request q;
-  q.rank = 3;
-  q.name = group;
-  q.group = group;
-  q.group_size = static_cast<int32_t>(members.size());
-  q.dtype = members[0].dtype();
-  q.device = members[0].device();
-  q.reduce_op = ReduceOp::kAverage;
+  TensorTableEntry e;
+  group_unit::make(3, group, ReduceOp::kAverage, members, members, detail::make_handle_state(1), &q,
+                   entry ? entry : &e);
   q.submitted = std::chrono::steady_clock::now();
-  group_unit::signature(members, &q.shape);
   return q;
 }
 
@@ -150,11 +147,7 @@ TEST(GroupUnit, NoUnitForAGroupThatFailedOrMissesAMemberOrARank) {
 
 TensorTableEntry unit_entry(const std::string& group, const std::vector<TensorRef>& members) {
   TensorTableEntry e;
-  e.name = group;
-  e.members = std::make_unique<TensorTableEntry::Members>();
-  e.members->in = members;
-  e.members->out = members;
-  e.handle = detail::make_handle_state(1);
+  unit_request(group, members, &e);
   return e;
 }
 
