@@ -4,7 +4,7 @@
 // CUDA context's stream, records a completion event and hands it over with set_pending(); the
 // runtime, right after OperationManager::execute() returned, attaches what must happen when the
 // work is done with finish(). A finalizer thread polls the events in FIFO order (cudaEventQuery,
-// then a short sleep when nothing is ready) and runs each callback on that thread, with "" or the
+// spinning, then yielding, then sleeping 20 us between polls: common/backoff.h) and runs each callback on that thread, with "" or the
 // CUDA error that the event reported. Events go back to the context's pool.
 //
 // Why FIFO polling is enough: every GPU op runs on the one hvd stream per device, so batches
