@@ -133,16 +133,30 @@ std::vector<std::string> expand_hostlist(const std::string& hostlist) {
     if (hosts.size() + combos > kMaxExpandedHosts)
       fail(what, hostlist, entry_start,
            "expands to more than " + std::to_string(kMaxExpandedHosts) + " names");
+    // The entry's characters, counted before any name is built: each value of a part appears in
+    // combos / (that part's size) names. A list over the bound fails here, having allocated
+    // nothing (it used to build names up to the bound first: ~3x the bound in memory, 2 GB of RSS
+    // under the fuzzer's ASan). At most 2^20 combos x 2^20 values x 18 digits: no overflow.
+    size_t entry_chars = 0;
+    for (const auto& part : parts) {
+      size_t part_chars = 0;
+      for (const auto& v : part) part_chars += v.size();
+      entry_chars += part_chars * (combos / part.size());
+    }
+    if (chars + entry_chars > kMaxExpandedChars)
+      fail(
+          what, hostlist, entry_start,
+          "expands to more than " + std::to_string(kMaxExpandedChars >> 20) + " MiB of host names");
+    chars += entry_chars;
 
+    hosts.reserve(hosts.size() + combos);
     std::vector<size_t> idx(parts.size(), 0);
     for (size_t k = 0; k < combos; ++k) {
+      size_t len = 0;
+      for (size_t p = 0; p < parts.size(); ++p) len += parts[p][idx[p]].size();
       std::string name;
+      name.reserve(len);
       for (size_t p = 0; p < parts.size(); ++p) name += parts[p][idx[p]];
-      chars += name.size();
-      if (chars > kMaxExpandedChars)
-        fail(what, hostlist, entry_start,
-             "expands to more than " + std::to_string(kMaxExpandedChars >> 20) +
-                 " MiB of host names");
       hosts.push_back(std::move(name));
       for (size_t p = parts.size(); p-- > 0;) {
         if (++idx[p] < parts[p].size()) break;

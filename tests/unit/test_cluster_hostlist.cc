@@ -1,7 +1,11 @@
 // SLURM hostlist and task-count expansion: zero padding, SLURM's order, malformed inputs.
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -115,6 +119,77 @@ TEST(Hostlist, HugeExpansionIsRefusedNotAllocated) {
   EXPECT_NE(msg.find("more than"), std::string::npos) << msg;
   msg = error_of([] { expand_hostlist("a[0-9999]b[0-9999]"); });
   EXPECT_NE(msg.find("more than"), std::string::npos) << msg;
+}
+
+// The 64 MiB bound on all names together is counted before any name is built, exactly: 8192 names
+// of 8192 characters (2^26 bytes) pass; one more name, or one more character in a later entry,
+// fails naming the entry that crossed it.
+TEST(Hostlist, NameCharactersAreBoundedExactlyAcrossEntries) {
+  const std::string prefix(8188, 'x');  // + 4 digits: 8192 characters a name
+  auto names = expand_hostlist(prefix + "[0000-8191]");
+  ASSERT_EQ(names.size(), 8192u);
+  EXPECT_EQ(names.back(), prefix + "8191");
+  names = {};
+
+  std::string msg = error_of([&] { expand_hostlist(prefix + "[0000-8192]"); });
+  EXPECT_NE(msg.find("MiB of host names"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("position 0"), std::string::npos) << msg;
+
+  const std::string two = prefix + "[0000-8191],b";
+  msg = error_of([&] { expand_hostlist(two); });
+  EXPECT_NE(msg.find("MiB of host names"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("position " + std::to_string(two.size() - 1)), std::string::npos) << msg;
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define HVD_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define HVD_TEST_SANITIZED 1
+#endif
+#endif
+
+// Bytes of the process's data segment and private mappings (what RLIMIT_DATA limits).
+size_t data_bytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::sscanf(line, "VmData: %zu kB", &kb) == 1) break;
+  std::fclose(f);
+  return kb << 10;
+}
+
+// Expands `list` with the data segment allowed to grow by 80 MiB only. 0: refused for its names'
+// size; 2: out of memory; 1: accepted; 3-5: the limit could not be set, another error.
+int expand_under_data_limit(const std::string& list) {
+  const size_t now = data_bytes();
+  if (now == 0) return 3;
+  const size_t limit = now + (size_t{80} << 20);
+  const rlimit lim{limit, limit};
+  if (setrlimit(RLIMIT_DATA, &lim) != 0) return 4;
+  try {
+    expand_hostlist(list);
+  } catch (const InvalidArgumentError& e) {
+    return std::string(e.what()).find("MiB of host names") != std::string::npos ? 0 : 5;
+  } catch (const std::bad_alloc&) {
+    return 2;
+  }
+  return 1;
+}
+
+// A 4 KB hostlist that names 4 GB ("<4000 letters>[0-999999]", the fuzzer's memory bomb) is
+// refused before any name is built: in a child process whose data may grow by 80 MiB (its group of
+// 10^6 numbers takes 32 MB of that; the bound on all names is 64 MiB). The old
+// expansion built names up to the 64 MiB bound before it failed, and ran out of memory there.
+TEST(Hostlist, MemoryBombFailsWithoutBuildingNames) {
+#ifdef HVD_TEST_SANITIZED
+  GTEST_SKIP() << "a sanitizer's shadow memory makes a data limit meaningless";
+#else
+  const std::string bomb = std::string(4000, 'a') + "[0-999999]";
+  EXPECT_EXIT(std::_Exit(expand_under_data_limit(bomb)), ::testing::ExitedWithCode(0), "");
+#endif
 }
 
 TEST(TaskCounts, RepeatsExpandInOrder) {
