@@ -72,6 +72,19 @@ const std::vector<ConfigVar>& config_registry() {
        "",
        1,
        ""},
+      {"HVD_WAIT_POLL_US",
+       ConfigType::kInt,
+       "-1",
+       "Microseconds a thread about to sleep polls first: Handle::wait() for its operation, the "
+       "background thread between cycles for a submission (no futex wake-up when the answer comes "
+       "meanwhile). -1: 50 where the process's cores are at least twice the ranks on the node (a "
+       "user and a background thread each), else 0; 0: never poll.",
+       {},
+       -1,
+       100000,
+       "",
+       1,
+       ""},
       {"HVD_SINGLE_RANK_INLINE",
        ConfigType::kBool,
        "1",
@@ -342,6 +355,7 @@ Config load_config(const EnvLookup& env) {
   c.fusion_window_us = get_double("HVD_FUSION_WINDOW");
   c.cache_capacity = get_int("HVD_CACHE_CAPACITY");
   c.single_rank_inline = get_bool("HVD_SINGLE_RANK_INLINE");
+  c.wait_poll_us = get_int("HVD_WAIT_POLL_US");
   c.hierarchical_allreduce = get_bool("HVD_HIERARCHICAL_ALLREDUCE");
   c.gpu_operations = get_enum("HVD_GPU_OPERATIONS");
   c.compression = get_enum("HVD_COMPRESSION");

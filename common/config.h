@@ -43,6 +43,7 @@ struct Config {
   double cycle_time_ms = 1.0;
   double fusion_window_us = 50;    // runtime/runtime.cc: Runtime::loop
   bool single_rank_inline = true;  // runtime/runtime.cc: Runtime::enqueue_one
+  int64_t wait_poll_us = -1;       // -1: auto (runtime/runtime.cc: wait_poll_us)
   int64_t cache_capacity = 1024;
   bool hierarchical_allreduce = false;
   std::string gpu_operations = "NCCL";  // NCCL | MPI

@@ -37,6 +37,11 @@ struct WakeSignal {
   // a waiter's requests are in the queue now, and the window closes. Never cleared: the pop makes
   // it stale by itself, so a waiter whose requests were taken meanwhile closes no later window.
   std::atomic<uint64_t> waited_for{0};
+  // notify() calls so far: the background thread polls it for a while before it sleeps.
+  std::atomic<uint64_t> notified{0};
+  // How long a blocking wait polls before it sleeps, in microseconds (Handle::wait(), the background
+  // thread between cycles): 0 = sleep at once. Set by the runtime (HVD_WAIT_POLL_US).
+  std::atomic<int64_t> poll_us{0};
 
   static WakeSignal& get();
   void notify();  // wakes the background thread (locks mu first: no wake-up can be missed)
@@ -64,6 +69,8 @@ struct HandleState {
   std::condition_variable cv;
   int pending;
   bool done = false;
+  // `done`, readable without the mutex, for Handle::wait()'s poll (set after `done`, under mu).
+  std::atomic<bool> finished{false};
   ErrorKind error_kind = ErrorKind::kNone;
   std::string error;
   Tensor output;                         // allgather / alltoall / reducescatter result

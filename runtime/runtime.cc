@@ -1,5 +1,7 @@
 #include "runtime/runtime.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -7,6 +9,7 @@
 
 #include "cluster/env_resolver.h"
 #include "comm/mpi_control_channel.h"
+#include "common/backoff.h"
 #include "common/logging.h"
 #include "hvd/config.h"
 #include "hvd/error.h"
@@ -17,6 +20,13 @@
 
 namespace hvd {
 namespace {
+
+// The cores this process may run on (its affinity mask: mpirun --bind-to core, cgroups, taskset).
+int available_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
 
 // An MPI context abandoned after a communication failure, kept reachable so that a leak checker
 // does not report it (volatile: the store must not be optimised away as dead).
@@ -90,6 +100,9 @@ Runtime::Runtime(const Config& config, PeerLossHandler on_peer_loss) : config_(c
   build_controller(thread_multiple_, std::move(on_peer_loss));
   executor_ = std::make_unique<Executor>(mpi_->topology().rank, queue_, op_manager_, *gpu_backend_,
                                          *watchdog_, timeline_.get());
+  wake_.poll_us.store(
+      wait_poll_us(config_.wait_poll_us, mpi_->topology().local_size, available_cores()),
+      std::memory_order_relaxed);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -355,6 +368,14 @@ void Runtime::wait_for_work(std::chrono::steady_clock::time_point next_cycle,
   using clock = std::chrono::steady_clock;
   const auto window = std::chrono::duration_cast<clock::duration>(
       std::chrono::duration<double, std::micro>(config_.fusion_window_us));
+  // Polls first (HVD_WAIT_POLL_US, where cores are spare): a submission that comes meanwhile
+  // starts the next cycle without a futex wake-up of this thread.
+  if (const int64_t poll = wake_.poll_us.load(std::memory_order_relaxed); poll > 0) {
+    const uint64_t seen = wake_.notified.load(std::memory_order_acquire);
+    poll_for(poll, [&] {
+      return wake_.notified.load(std::memory_order_acquire) != seen || shutdown_requested_.load();
+    });
+  }
   std::unique_lock<std::mutex> lock(wake_.mu);
   wake_.cv.wait_until(lock, next_cycle,
                       [&] { return shutdown_requested_.load() || queue_.waiting().any; });
