@@ -46,7 +46,7 @@ class Backoff {
 // may run on at least two cores per rank of its node (each rank's user thread and background
 // thread can spin on a core of its own), else 0: where ranks share cores, a spinning thread takes
 // the core that the thread it waits for needs (measured on 2 cores, 2 ranks: a 4-byte all-reduce
-// 19 -> 46 us with a 50 us poll).
+// 17 -> 124-142 us with a 50 us poll).
 inline int64_t wait_poll_us(int64_t configured, int local_size, int cores) {
   if (configured >= 0) return configured;
   return cores >= 2 * std::max(local_size, 1) ? 50 : 0;
@@ -54,7 +54,7 @@ inline int64_t wait_poll_us(int64_t configured, int local_size, int cores) {
 
 // Spins until `ready()` or `us` microseconds have passed; returns ready()'s last answer. For a wait
 // that is about to block (a condition variable, a futex): where the answer comes within the poll,
-// the waiter is not put to sleep and woken again, which costs ~10-15 us on a virtual machine. The
+// the waiter is not put to sleep and woken again, which costs 10-30 us on a virtual machine. The
 // caller decides whether a core may spin at all (HVD_WAIT_POLL_US, runtime/runtime.cc).
 template <class Ready>
 bool poll_for(int64_t us, Ready&& ready) {

@@ -193,7 +193,7 @@ void Handle::wait() {
     detail::WakeSignal& signal = detail::WakeSignal::get();
     signal.waiting_for(s.popped_by);
     // Polls before it blocks (HVD_WAIT_POLL_US, where cores are spare): an operation that completes
-    // meanwhile costs no futex wake-up of this thread (~10-15 us on this project's VMs).
+    // meanwhile costs no futex wake-up of this thread (10-30 us on this project's VMs).
     if (const int64_t poll = signal.poll_us.load(std::memory_order_relaxed); poll > 0)
       poll_for(poll, [&] { return s.finished.load(std::memory_order_acquire); });
     lock.lock();

@@ -375,12 +375,14 @@ void Runtime::wait_for_work(std::chrono::steady_clock::time_point next_cycle,
   const auto window = std::chrono::duration_cast<clock::duration>(
       std::chrono::duration<double, std::micro>(config_.fusion_window_us));
   // Polls first (HVD_WAIT_POLL_US, where cores are spare): a submission that comes meanwhile
-  // starts the next cycle without a futex wake-up of this thread.
+  // starts the next cycle without a futex wake-up of this thread. Not when requests are queued
+  // already (submitted during the last cycle: their notify() came before `seen` was read).
   if (const int64_t poll = wake_.poll_us.load(std::memory_order_relaxed); poll > 0) {
     const uint64_t seen = wake_.notified.load(std::memory_order_acquire);
-    poll_for(poll, [&] {
-      return wake_.notified.load(std::memory_order_acquire) != seen || shutdown_requested_.load();
-    });
+    if (!queue_.waiting().any)
+      poll_for(poll, [&] {
+        return wake_.notified.load(std::memory_order_acquire) != seen || shutdown_requested_.load();
+      });
   }
   std::unique_lock<std::mutex> lock(wake_.mu);
   wake_.cv.wait_until(lock, next_cycle,
