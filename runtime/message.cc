@@ -50,7 +50,7 @@ class Writer {
 
 class Reader {
  public:
-  Reader(const char* data, size_t size) : p_(data), end_(data + size), size_(size) {}
+  Reader(const char* data, size_t size) : p_(data), end_(data + size) {}
   template <class T>
   void pod(T& v) {
     static_assert(std::is_trivially_copyable_v<T>);
@@ -87,13 +87,16 @@ class Reader {
     if (n) std::memcpy(v.data(), p_, n * sizeof(int64_t));
     p_ += n * sizeof(int64_t);
   }
-  // A count (at most the message's size: every item takes at least a byte), then each item
-  // through item(Reader&, T&). `what` names the count in the error.
+  // A count, then each item through item(Reader&, T&). `what` names the count in the error. Every
+  // item takes at least 8 bytes of what follows (a name's or a shape's length; a message's several
+  // fields), so a larger count is corrupt and is refused before anything is allocated for it (the
+  // bound used to be the whole message's size: a corrupt count could allocate ~200 bytes of
+  // Requests per byte of message before the truncation was found).
   template <class T, class Item>
   void list(std::vector<T>& v, const char* what, Item item) {
     uint64_t n;
     pod(n);
-    if (n > size_)
+    if (n > static_cast<uint64_t>(end_ - p_) / 8)
       throw InternalError(std::string("corrupt negotiation message (") + what +
                           "); please report this");
     v.resize(n);
@@ -109,7 +112,6 @@ class Reader {
   }
   const char* p_;
   const char* end_;
-  size_t size_;
 };
 
 template <class R, class M>

@@ -1,6 +1,10 @@
 // Negotiation messages: round trips, and truncated input is an error, never a crash.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstring>
+#include <string>
+
 #include "hvd/error.h"
 #include "runtime/message.h"
 
@@ -167,6 +171,29 @@ TEST(Message, EveryTruncationIsAnErrorNotACrash) {
   std::string t = serialize_responses({r});
   for (size_t n = 0; n < t.size(); ++n)
     EXPECT_THROW(parse_responses(t.data(), n), InternalError) << n;
+}
+
+// A count larger than what follows could hold (every item takes 8 bytes or more) is refused as
+// corrupt, naming the count, before anything is allocated for it; a count that fits but whose
+// items are missing is a truncation. (The bound used to be the whole message's size.)
+TEST(Message, ACountThatCannotFitIsRefusedBeforeItsItems) {
+  Request a;
+  a.name = "abc";
+  std::string s = serialize_requests({a, a});
+  const uint64_t fits = (s.size() - 8) / 8;
+  for (uint64_t count : {fits + 1, uint64_t{1} << 40}) {
+    std::string bad = s;
+    std::memcpy(bad.data(), &count, 8);  // the request count leads the message
+    try {
+      parse_requests(bad.data(), bad.size());
+      ADD_FAILURE() << "count " << count << " accepted";
+    } catch (const InternalError& e) {
+      EXPECT_NE(std::string(e.what()).find("request count"), std::string::npos) << e.what();
+    }
+  }
+  std::string truncated = s;
+  std::memcpy(truncated.data(), &fits, 8);
+  EXPECT_THROW(parse_requests(truncated.data(), truncated.size()), InternalError);
 }
 
 }  // namespace
