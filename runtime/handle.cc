@@ -3,25 +3,14 @@
 #include <new>
 
 #include "common/backoff.h"
+#include "common/sanitizers.h"
 #include "hvd/collectives.h"
 #include "hvd/error.h"
 
 namespace hvd::detail {
 namespace {
 
-// AddressSanitizer: GCC defines __SANITIZE_ADDRESS__, clang answers __has_feature (whatever
-// flags the build was given, so not a definition of hvd's own CMake).
-#if defined(__has_feature)
-#define HVD_HAS_FEATURE(x) __has_feature(x)
-#else
-#define HVD_HAS_FEATURE(x) 0
-#endif
-#if defined(__SANITIZE_ADDRESS__) || HVD_HAS_FEATURE(address_sanitizer)
-constexpr bool kPoolHandles = false;
-#else
-constexpr bool kPoolHandles = true;
-#endif
-#undef HVD_HAS_FEATURE
+constexpr bool kPoolHandles = !kAddressSanitizer;  // ASan must see each handle freed
 
 // Blocks of one size, recycled through a free list under a mutex (a get and a put each lock it
 // once: far cheaper than malloc's arena path, and the user thread that submits is usually the one
@@ -119,7 +108,6 @@ void HandleState::complete_one() {
   if (done) return;
   if (--pending <= 0) {
     done = true;
-    finished.store(true, std::memory_order_release);
     cv.notify_all();
   }
 }
@@ -135,7 +123,6 @@ void HandleState::fail(ErrorKind kind, const std::string& message) {
   error_kind = kind;
   error = message;
   done = true;
-  finished.store(true, std::memory_order_release);
   cv.notify_all();
 }
 
@@ -195,10 +182,10 @@ void Handle::wait() {
     // Polls before it blocks (HVD_WAIT_POLL_US, where cores are spare): an operation that completes
     // meanwhile costs no futex wake-up of this thread (10-30 us on this project's VMs).
     if (const int64_t poll = signal.poll_us.load(std::memory_order_relaxed); poll > 0)
-      poll_for(poll, [&] { return s.finished.load(std::memory_order_acquire); });
+      poll_for(poll, [&] { return s.done.load(std::memory_order_acquire); });
     lock.lock();
   }
-  s.cv.wait(lock, [&] { return s.done; });
+  s.cv.wait(lock, [&] { return s.done.load(); });
   if (s.error_kind != detail::ErrorKind::kNone) detail::throw_error(s.error_kind, s.error);
 }
 

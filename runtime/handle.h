@@ -68,9 +68,8 @@ struct HandleState {
   std::mutex mu;
   std::condition_variable cv;
   int pending;
-  bool done = false;
-  // `done`, readable without the mutex, for Handle::wait()'s poll (set after `done`, under mu).
-  std::atomic<bool> finished{false};
+  // Written under mu; atomic so that Handle::wait()'s poll may read it without the mutex.
+  std::atomic<bool> done{false};
   ErrorKind error_kind = ErrorKind::kNone;
   std::string error;
   Tensor output;                         // allgather / alltoall / reducescatter result

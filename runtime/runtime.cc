@@ -1,7 +1,6 @@
 #include "runtime/runtime.h"
 
 #include <sched.h>
-#include <sys/prctl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -310,11 +309,9 @@ void Runtime::wake() { wake_.notify(); }
 // its rank polled for the others on the cores their user threads were submitting on (measured:
 // ~1.5 empty cycles per step of 1000 tensors on 2 ranks before, ~0 after; docs/benchmarks.md).
 void Runtime::loop() {
-  // The fusion window (50 us) and the cycle are timed waits: with the kernel's default 50 us
-  // timer slack each lasted up to 50 us longer than asked (a lone all-reduce submitted during
-  // compute was negotiated ~140 us after submission instead of ~90; the finalizer's sleeps had
-  // the same defect, ops/cuda/finalizer.cc).
-  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  // The fusion window and the cycle are timed waits (a lone all-reduce submitted during compute
+  // was negotiated ~140 us after submission instead of ~90 with the default slack).
+  precise_timed_waits();
   using clock = std::chrono::steady_clock;
   const auto cycle = std::chrono::duration_cast<clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));

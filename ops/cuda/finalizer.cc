@@ -1,7 +1,5 @@
 #include "ops/cuda/finalizer.h"
 
-#include <sys/prctl.h>
-
 #include "common/backoff.h"
 
 namespace hvd::ops::cuda {
@@ -61,10 +59,10 @@ void Finalizer::finish(Callback done) {
 
 void Finalizer::run() {
   bool device_set = false;  // set on the first item: an idle finalizer creates no CUDA context
-  // The sleeps of the back-off below last what they ask for, not the kernel's default 50 us slack
-  // on top (measured on an H200: a 50 us sleep woke ~105 us later, which set every GPU operation
-  // longer than the first poll to ~145 us).
-  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  // The back-off's sleeps last what they ask for (measured on an H200 with the default slack: a
+  // 50 us sleep woke ~105 us later, which set every GPU operation longer than the first poll to
+  // ~145 us).
+  precise_timed_waits();
   // Spin, then yield, then sleep (common/backoff.h), per event: a batch's completion is seen within
   // a microsecond or two while the GPU works on it, and an idle-but-pending wait (a slow network)
   // costs no core for long.

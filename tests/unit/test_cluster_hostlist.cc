@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cluster/hostlist.h"
+#include "common/sanitizers.h"
 #include "hvd/error.h"
 #include "tests/unit/test_util.h"
 
@@ -141,14 +142,6 @@ TEST(Hostlist, NameCharactersAreBoundedExactlyAcrossEntries) {
   EXPECT_NE(msg.find("position " + std::to_string(two.size() - 1)), std::string::npos) << msg;
 }
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define HVD_TEST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define HVD_TEST_SANITIZED 1
-#endif
-#endif
-
 // Bytes of the process's data segment and private mappings (what RLIMIT_DATA limits).
 size_t data_bytes() {
   FILE* f = std::fopen("/proc/self/status", "r");
@@ -184,12 +177,10 @@ int expand_under_data_limit(const std::string& list) {
 // 10^6 numbers takes 32 MB of that; the bound on all names is 64 MiB). The old
 // expansion built names up to the 64 MiB bound before it failed, and ran out of memory there.
 TEST(Hostlist, MemoryBombFailsWithoutBuildingNames) {
-#ifdef HVD_TEST_SANITIZED
-  GTEST_SKIP() << "a sanitizer's shadow memory makes a data limit meaningless";
-#else
+  if (kAddressSanitizer || kThreadSanitizer)
+    GTEST_SKIP() << "a sanitizer's shadow memory makes a data limit meaningless";
   const std::string bomb = std::string(4000, 'a') + "[0-999999]";
   EXPECT_EXIT(std::_Exit(expand_under_data_limit(bomb)), ::testing::ExitedWithCode(0), "");
-#endif
 }
 
 TEST(TaskCounts, RepeatsExpandInOrder) {
