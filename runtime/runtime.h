@@ -80,8 +80,9 @@ class Runtime {
   bool runs_inline(const TensorTableEntry& entry, const Request& request) const;
   void loop();
   void wait_for_work(std::chrono::steady_clock::time_point next_cycle,
-                     std::chrono::steady_clock::duration cycle);  // in loop()
-  bool check_stalls();  // rank 0: true when stalled tensors fail and hvd shuts down
+                     std::chrono::steady_clock::duration cycle,
+                     bool worked);  // in loop(); worked: the cycle performed an operation
+  bool check_stalls();              // rank 0: true when stalled tensors fail and hvd shuts down
 
   // Built by the constructor and torn down by shutdown(), both on the user thread that runs
   // init()/shutdown(); in between used by the background thread, except where a comment says.

@@ -1,0 +1,64 @@
+// An idle runtime does not spin. The background thread polls before it sleeps (HVD_WAIT_POLL_US,
+// runtime/runtime.cc) only after a cycle that performed an operation. ctest runs this with
+// HVD_WAIT_POLL_US=10000 and HVD_CYCLE_TIME=10: a background thread that polled after every cycle,
+// as it did before, spun for the whole 10 ms cycle and used a whole core while the job did
+// nothing (measured: 1000 us polls on 1 ms cycles, ~990 ms of CPU per idle second; the default
+// 50 us, 7 % of a core). Every rank checks its own process's CPU time while its user thread
+// sleeps, and that operations still complete with the right values after the idle time.
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hvd/hvd.h"
+#include "tests/mpi/test_collectives_util.h"
+
+namespace hvdtest {
+namespace {
+
+class IdlePoll : public HvdTest {};
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+void expect_sum(int rank, int size, int step) {
+  std::vector<float> v(8, static_cast<float>(rank + step));
+  hvd::allreduce(v, "idle_poll.sum", hvd::ReduceOp::kSum);
+  const float want = static_cast<float>(size * (size - 1) / 2 + size * step);
+  for (float x : v) ASSERT_EQ(x, want) << "step " << step;
+}
+
+TEST_F(IdlePoll, AnIdleRuntimeDoesNotSpinBetweenCycles) {
+  const char* poll = std::getenv("HVD_WAIT_POLL_US");
+  const char* cycle = std::getenv("HVD_CYCLE_TIME");
+  ASSERT_TRUE(poll != nullptr && std::string(poll) == "10000" && cycle != nullptr &&
+              std::string(cycle) == "10")
+      << "run through ctest, which sets HVD_WAIT_POLL_US=10000 and HVD_CYCLE_TIME=10";
+  expect_sum(rank_, size_, 0);  // the job was active: one poll may follow this operation
+  const double cpu0 = process_cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = process_cpu_seconds() - cpu0;
+  // ~100 empty cycles a second, each a few tens of microseconds (more under a sanitizer); one
+  // 10 ms poll after the operation above. A thread that spins in every cycle uses ~wall.
+  EXPECT_LT(cpu, 0.3 * wall) << "rank " << rank_ << ": the process used "
+                             << static_cast<int>(cpu * 1e3) << " ms of CPU in "
+                             << static_cast<int>(wall * 1e3)
+                             << " ms while its user thread slept: an idle background thread "
+                                "polls between its cycles";
+  for (int step = 1; step <= 3; ++step) expect_sum(rank_, size_, step);
+  hvd::barrier();
+}
+
+}  // namespace
+}  // namespace hvdtest
