@@ -24,7 +24,7 @@ GpuBackend::GpuBackend(const comm::MpiContext& mpi, const GpuBackendOptions& opt
   if (options.device < 0) return;
   impl_->cuda = std::make_unique<cuda::CudaContext>(options.device);  // lazy: no CUDA call yet
   if (options.use_nccl) impl_->nccl = std::make_unique<nccl::NcclContext>(mpi, *impl_->cuda);
-  impl_->finalizer = std::make_unique<cuda::Finalizer>(*impl_->cuda);
+  impl_->finalizer = std::make_unique<cuda::Finalizer>(*impl_->cuda, options.finalizer_poll_us);
 }
 
 int GpuBackend::visible_devices() { return cuda::visible_device_count(); }

@@ -29,6 +29,9 @@ class NcclContext;
 struct GpuBackendOptions {
   int device = -1;       // cluster::GpuAssignment::device; -1: no GPU path
   bool use_nccl = true;  // HVD_GPU_OPERATIONS=NCCL and no rank shares a GPU (agree on it over MPI!)
+  // How long the finalizer polls for the next batch after completing one before it sleeps
+  // (HVD_WAIT_POLL_US; auto asks for three cores per rank: common/backoff.h). 0: never.
+  int64_t finalizer_poll_us = 0;
 };
 
 class GpuBackend {

@@ -13,7 +13,7 @@ std::string event_error(cudaError_t rc) {
 
 }  // namespace
 
-Finalizer::Finalizer(CudaContext& ctx) : ctx_(ctx) {
+Finalizer::Finalizer(CudaContext& ctx, int64_t poll_us) : ctx_(ctx), poll_us_(poll_us) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -22,6 +22,7 @@ Finalizer::~Finalizer() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    handed_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -39,6 +40,7 @@ void Finalizer::discard_pending() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     items_.push_back(Item{e, nullptr});
+    handed_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
 }
@@ -53,6 +55,7 @@ void Finalizer::finish(Callback done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     items_.push_back(Item{e, std::move(done)});
+    handed_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
 }
@@ -99,6 +102,15 @@ void Finalizer::run() {
       }
     }
     lock.lock();
+    if (poll_us_ > 0 && items_.empty() && !stop_) {
+      // After a completion the next batch tends to follow (the next step's, or the rest of a
+      // burst's): poll for it before sleeping. Only after a completion, so an idle finalizer
+      // does not spin.
+      const uint64_t seen = handed_.load(std::memory_order_acquire);
+      lock.unlock();
+      poll_for(poll_us_, [&] { return handed_.load(std::memory_order_acquire) != seen; });
+      lock.lock();
+    }
   }
 }
 

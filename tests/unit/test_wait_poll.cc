@@ -28,6 +28,16 @@ TEST(WaitPoll, AutoPollsOnlyWithTwoCoresPerRankOfTheNode) {
   EXPECT_EQ(wait_poll_us(-1, 0, 2), 50);  // an unknown local size counts as one rank
 }
 
+// The GPU finalizer is a rank's third polling thread: auto polls there only with three cores per
+// rank (runtime/runtime.cc, ops/cuda/finalizer.h).
+TEST(WaitPoll, TheFinalizerAsksForThreeCoresPerRank) {
+  EXPECT_EQ(wait_poll_us(-1, 1, 3, 3), 50);  // the GPU machine's 1 rank on 16 cores: on
+  EXPECT_EQ(wait_poll_us(-1, 1, 2, 3), 0);   // this VM's 2 cores at 1 rank: the other two poll
+  EXPECT_EQ(wait_poll_us(-1, 8, 16, 3), 0);  // 8 GPUs on 16 cores: off
+  EXPECT_EQ(wait_poll_us(-1, 8, 24, 3), 50);
+  EXPECT_EQ(wait_poll_us(100, 8, 16, 3), 100);  // a set value is taken as it is
+}
+
 TEST(WaitPoll, ASetValueIsTakenAsItIs) {
   EXPECT_EQ(wait_poll_us(0, 1, 64), 0);
   EXPECT_EQ(wait_poll_us(200, 4, 2), 200);
