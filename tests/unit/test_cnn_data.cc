@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -233,7 +234,7 @@ TEST(GatherBatch, CopiesTheChosenSamplesAndRejectsBadIndices) {
                hvd::InvalidArgumentError);
 }
 
-TEST(Synthetic, IsDeterministicInRangeAndSharesPrototypesAcrossSampleSeeds) {
+TEST(Synthetic, IsDeterministicInRangeAndSharesShapesAcrossSampleSeeds) {
   const td::Dataset a = td::make_synthetic(50, 1), b = td::make_synthetic(50, 1);
   EXPECT_EQ(a.images, b.images);
   EXPECT_EQ(a.labels, b.labels);
@@ -245,9 +246,11 @@ TEST(Synthetic, IsDeterministicInRangeAndSharesPrototypesAcrossSampleSeeds) {
   }
   EXPECT_GE(classes.size(), 8u);
   for (float p : a.images) EXPECT_TRUE(p >= 0.0f && p <= 1.0f);
-  // Without noise every sample is its class prototype, the same under another sample seed.
+  // Without noise and jitter every sample is its class's shape, the same under another sample
+  // seed; an object on a black background (some pixels 0, some not), and the classes differ.
   td::SyntheticOptions clean;
   clean.noise = 0.0f;
+  clean.jitter = 0.0f;
   const td::Dataset c = td::make_synthetic(40, 3, clean), e = td::make_synthetic(40, 4, clean);
   for (int64_t i = 0; i < c.count; ++i) {
     for (int64_t j = 0; j < e.count; ++j) {
@@ -255,8 +258,21 @@ TEST(Synthetic, IsDeterministicInRangeAndSharesPrototypesAcrossSampleSeeds) {
       EXPECT_TRUE(std::equal(c.image(i).begin(), c.image(i).end(), e.image(j).begin()));
     }
   }
+  for (int64_t i = 0; i < c.count; ++i) {
+    const auto img = c.image(i);
+    const auto lit = std::count_if(img.begin(), img.end(), [](float p) { return p > 0.0f; });
+    EXPECT_GT(lit, 28 * 28 / 20) << "sample " << i << ": no object";
+    EXPECT_LT(lit, 28 * 28 * 3 / 4) << "sample " << i << ": no background";
+    for (int64_t k = 0; k < i; ++k)
+      if (c.labels[k] != c.labels[i])
+        EXPECT_FALSE(std::equal(img.begin(), img.end(), c.image(k).begin()))
+            << "classes " << c.labels[k] << " and " << c.labels[i] << " look alike";
+  }
   EXPECT_EQ(td::make_synthetic(0, 1).count, 0);
   EXPECT_THROW(td::make_synthetic(-1, 1), hvd::InvalidArgumentError);
+  td::SyntheticOptions bad;
+  bad.jitter = -0.1f;
+  EXPECT_THROW(td::make_synthetic(1, 1, bad), hvd::InvalidArgumentError);
 }
 
 TEST(FashionMnist, InstalledTrainAndTestSetsHaveTheKnownShape) {
