@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <span>
 #include <string>
@@ -48,15 +49,25 @@ TEST_F(WaitWindow, TheBackgroundThreadWaitsWithAOneMicrosecondTimerSlack) {
   // the slack is set (right after init() the thread may not have run yet).
   std::vector<float> v(4, 1.0f);
   hvd::allreduce(v, "timer_slack.first", hvd::ReduceOp::kSum);
-  const auto slacks = timer_slacks();
-  if (slacks.empty()) GTEST_SKIP() << "no /proc/<tid>/timerslack_ns on this kernel";
+  // Read again for up to 2 s while no thread shows it: under ASan on 4 ranks sharing 2 cores one
+  // read in ~20 found none (the values are in the message; not reproduced since). The old library
+  // never shows one.
+  std::vector<std::pair<long, long>> slacks;
   int one_us = 0;
   long mine = -1;
-  for (const auto& [tid, ns] : slacks) {
-    if (ns == 1000) ++one_us;
-    if (tid == static_cast<long>(gettid())) mine = ns;
+  for (int attempt = 0; attempt < 40 && one_us == 0; ++attempt) {
+    if (attempt > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    slacks = timer_slacks();
+    if (slacks.empty()) GTEST_SKIP() << "no /proc/<tid>/timerslack_ns on this kernel";
+    for (const auto& [tid, ns] : slacks) {
+      if (ns == 1000) ++one_us;
+      if (tid == static_cast<long>(gettid())) mine = ns;
+    }
   }
-  EXPECT_GE(one_us, 1) << "no thread with a 1 us timer slack among " << slacks.size();
+  std::string all;
+  for (const auto& [tid, ns] : slacks) all += " " + std::to_string(tid) + ":" + std::to_string(ns);
+  EXPECT_GE(one_us, 1) << "no thread with a 1 us timer slack among " << slacks.size() << " (tid:ns"
+                       << all << ")";
   EXPECT_NE(mine, 1000) << "the user's thread's timer slack was changed";
 }
 
