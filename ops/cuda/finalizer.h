@@ -6,10 +6,10 @@
 // work is done with finish(). A finalizer thread polls the events in FIFO order (cudaEventQuery,
 // spinning, then yielding, then sleeping 20 us between polls: common/backoff.h) and runs each
 // callback on that thread, with "" or the CUDA error that the event reported. Events go back to the
-// context's pool. Once the queue is empty it polls for the next batch for `poll_us` (HVD_WAIT_POLL_US,
-// where cores are spare) before it sleeps on its condition variable: a batch handed over
-// meanwhile costs no futex wake-up of this thread (10-30 us on a VM; for an operation shorter
-// than that, the wake-up, not the GPU, decides when its handle completes).
+// context's pool. Once the queue is empty it polls for the next batch for `poll_us`
+// (HVD_WAIT_POLL_US, where cores are spare) before it sleeps on its condition variable: a batch
+// handed over meanwhile costs no futex wake-up of this thread (10-30 us on a VM; for an operation
+// shorter than that, the wake-up, not the GPU, decides when its handle completes).
 //
 // Why FIFO polling is enough: every GPU op runs on the one hvd stream per device, so batches
 // finish in the order they were queued; the head of the queue is always the next to complete.
