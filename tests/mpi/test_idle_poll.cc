@@ -31,6 +31,23 @@ double process_cpu_seconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
+// The process's CPU time while the calling thread sleeps `ms`, and the wall time it slept.
+struct Idle {
+  double cpu = 0, wall = 0;
+};
+Idle idle_for(int ms) {
+  const double cpu0 = process_cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return {process_cpu_seconds() - cpu0,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+bool env_is(const char* name, const std::string& value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && value == v;
+}
+
 void expect_sum(int rank, int size, int step) {
   std::vector<float> v(8, static_cast<float>(rank + step));
   hvd::allreduce(v, "idle_poll.sum", hvd::ReduceOp::kSum);
@@ -40,24 +57,17 @@ void expect_sum(int rank, int size, int step) {
 
 TEST_F(IdlePoll, AnIdleRuntimeDoesNotSpinBetweenCycles) {
   if (std::getenv("HVD_TEST_IDLE_ALONE") != nullptr) GTEST_SKIP() << "test_idle_poll.alone.np1";
-  const char* poll = std::getenv("HVD_WAIT_POLL_US");
-  const char* cycle = std::getenv("HVD_CYCLE_TIME");
-  ASSERT_TRUE(poll != nullptr && std::string(poll) == "10000" && cycle != nullptr &&
-              std::string(cycle) == "10")
+  ASSERT_TRUE(env_is("HVD_WAIT_POLL_US", "10000") && env_is("HVD_CYCLE_TIME", "10"))
       << "run through ctest, which sets HVD_WAIT_POLL_US=10000 and HVD_CYCLE_TIME=10";
   expect_sum(rank_, size_, 0);  // the job was active: one poll may follow this operation
-  const double cpu0 = process_cpu_seconds();
-  const auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::milliseconds(800));
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double cpu = process_cpu_seconds() - cpu0;
+  const Idle idle = idle_for(800);
   // ~100 empty cycles a second, each a few tens of microseconds (more under a sanitizer); one
   // 10 ms poll after the operation above. A thread that spins in every cycle uses ~wall.
-  EXPECT_LT(cpu, 0.3 * wall) << "rank " << rank_ << ": the process used "
-                             << static_cast<int>(cpu * 1e3) << " ms of CPU in "
-                             << static_cast<int>(wall * 1e3)
-                             << " ms while its user thread slept: an idle background thread "
-                                "polls between its cycles";
+  EXPECT_LT(idle.cpu, 0.3 * idle.wall)
+      << "rank " << rank_ << ": the process used " << static_cast<int>(idle.cpu * 1e3)
+      << " ms of CPU in " << static_cast<int>(idle.wall * 1e3)
+      << " ms while its user thread slept: an idle background thread "
+         "polls between its cycles";
   for (int step = 1; step <= 3; ++step) expect_sum(rank_, size_, step);
   hvd::barrier();
 }
@@ -67,10 +77,7 @@ TEST_F(IdlePoll, AnIdleRuntimeDoesNotSpinBetweenCycles) {
 // with HVD_CYCLE_TIME=1 and HVD_WAIT_POLL_US=0, where a thread that woke every cycle used 17-24 ms
 // of CPU per idle second on this project's VM, and the sleeping one ~0.1 ms. Skipped elsewhere.
 TEST_F(IdlePoll, AJobOfOneRankSleepsUntilASubmission) {
-  const char* poll = std::getenv("HVD_WAIT_POLL_US");
-  const char* cycle = std::getenv("HVD_CYCLE_TIME");
-  if (size_ != 1 || poll == nullptr || std::string(poll) != "0" || cycle == nullptr ||
-      std::string(cycle) != "1")
+  if (size_ != 1 || !env_is("HVD_WAIT_POLL_US", "0") || !env_is("HVD_CYCLE_TIME", "1"))
     GTEST_SKIP() << "for one rank with HVD_CYCLE_TIME=1 and HVD_WAIT_POLL_US=0 (ctest: "
                     "test_idle_poll.alone.np1)";
   if (hvd::kThreadSanitizer) GTEST_SKIP() << "TSan's own thread uses CPU while idle";
@@ -84,14 +91,11 @@ TEST_F(IdlePoll, AJobOfOneRankSleepsUntilASubmission) {
   for (float x : a) EXPECT_EQ(x, 1.0f);
   for (float x : b) EXPECT_EQ(x, 2.0f);
   expect_sum(rank_, size_, 0);
-  const double cpu0 = process_cpu_seconds();
-  const auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double cpu = process_cpu_seconds() - cpu0;
-  EXPECT_LT(cpu, 0.005 * wall) << "the process used " << static_cast<int>(cpu * 1e3)
-                               << " ms of CPU in " << static_cast<int>(wall * 1e3)
-                               << " ms while its only rank was idle: its background thread cycles";
+  const Idle idle = idle_for(1000);
+  EXPECT_LT(idle.cpu, 0.005 * idle.wall)
+      << "the process used " << static_cast<int>(idle.cpu * 1e3) << " ms of CPU in "
+      << static_cast<int>(idle.wall * 1e3)
+      << " ms while its only rank was idle: its background thread cycles";
   for (int step = 1; step <= 3; ++step) expect_sum(rank_, size_, step);
   std::vector<float> c(8, 3.0f);
   hvd::grouped_allreduce(std::vector<hvd::TensorRef>{ref(c)}, "idle_poll.group_after",
