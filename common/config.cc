@@ -107,6 +107,19 @@ const std::vector<ConfigVar>& config_registry() {
        "cache-capacity",
        1,
        "Response cache capacity (0 disables)."},
+      {"HVD_CACHED_LANES",
+       ConfigType::kBool,
+       "1",
+       "Submit an allreduce whose response is cached (every step's tensors from the second step "
+       "on) "
+       "straight into a slot of its own, with no request and no queue entry to negotiate by name "
+       "(0: every tensor takes the ordinary path; for comparisons).",
+       {},
+       0,
+       0,
+       "",
+       1,
+       ""},
       {"HVD_HIERARCHICAL_ALLREDUCE",
        ConfigType::kBool,
        "0",
@@ -355,6 +368,7 @@ Config load_config(const EnvLookup& env) {
   c.fusion_window_us = get_double("HVD_FUSION_WINDOW");
   c.cache_capacity = get_int("HVD_CACHE_CAPACITY");
   c.single_rank_inline = get_bool("HVD_SINGLE_RANK_INLINE");
+  c.cached_lanes = get_bool("HVD_CACHED_LANES");
   c.wait_poll_us = get_int("HVD_WAIT_POLL_US");
   c.hierarchical_allreduce = get_bool("HVD_HIERARCHICAL_ALLREDUCE");
   c.gpu_operations = get_enum("HVD_GPU_OPERATIONS");

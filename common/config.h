@@ -45,6 +45,7 @@ struct Config {
   bool single_rank_inline = true;  // runtime/runtime.cc: Runtime::enqueue_one
   int64_t wait_poll_us = -1;       // -1: auto (runtime/runtime.cc: wait_poll_us)
   int64_t cache_capacity = 1024;
+  bool cached_lanes = true;  // HVD_CACHED_LANES (runtime/tensor_queue.h, "Lanes")
   bool hierarchical_allreduce = false;
   std::string gpu_operations = "NCCL";  // NCCL | MPI
   std::string compression = "none";     // none | fp16 | bf16 (ops/mpi/allreduce.cc)

@@ -369,9 +369,11 @@ TensorTableEntry make_entry(RequestType type, const std::string& name, TensorRef
 // One tensor's operation (every collective but grouped allreduce): one entry, one request.
 // The request and the entry are passed on by reference, not by value: a Request (three strings, a
 // shape, ~250 bytes) moved at every call on the way cost ~120 instructions per move.
+// `state`: the operation's handle, when the caller made it already (else a new one).
 Handle submit(Runtime& rt, RequestType type, const std::string& name, TensorRef in, TensorRef out,
-              Request&& req, std::vector<int64_t> splits = {}) {
-  auto state = detail::make_handle_state(1);
+              Request&& req, std::vector<int64_t> splits = {},
+              std::shared_ptr<detail::HandleState> state = nullptr) {
+  if (!state) state = detail::make_handle_state(1);
   TensorTableEntry entry = make_entry(type, name, std::move(in), std::move(out), state);
   entry.splits = std::move(splits);
   return rt.enqueue_one(std::move(entry), std::move(req), std::move(state));
@@ -448,11 +450,20 @@ Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, Red
   c.reduce_op(op);
   c.scales(prescale, postscale);
   c.no_overlap_pair(in, out);
+  std::shared_ptr<detail::HandleState> state;
+  if (c.error.empty()) {
+    // A tensor whose response is cached (every step's gradients from the second on) goes into
+    // its lane, with no request and no entry (runtime/tensor_queue.h, "Lanes").
+    state = detail::make_handle_state(1);
+    if (rt->enqueue_lane(name, in, out, op, prescale, postscale, state))
+      return Handle(std::move(state));
+  }
   Request req = make_request(*rt, RequestType::kAllreduce, name, in, std::move(c.error));
   req.reduce_op = op;
   req.prescale = prescale;
   req.postscale = postscale;
-  return submit(*rt, RequestType::kAllreduce, name, std::move(in), std::move(out), std::move(req));
+  return submit(*rt, RequestType::kAllreduce, name, std::move(in), std::move(out), std::move(req),
+                {}, std::move(state));
 }
 
 Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef> out,

@@ -51,7 +51,7 @@ void Controller::classify(Request&& r, const Looked& looked) {
                                ? std::chrono::steady_clock::now()
                                : r.submitted;
         if (has_pending(pos)) break;  // cannot happen (one name in flight per rank): go slow
-        add_pending(pos, std::move(r), since);
+        add_pending(pos, &r, since);
         return;
       }
       case ResponseCache::Lookup::kInvalid:
@@ -82,7 +82,9 @@ void Controller::go_slow(Request&& r) {
 void Controller::take_requests() {
   std::vector<Request>& fresh = fresh_;
   fresh.clear();  // keeps its capacity for the queue
-  queue_.pop_requests(&fresh);
+  sync_lanes();
+  popped_lanes_.clear();
+  queue_.pop_requests(&fresh, &popped_lanes_);
   // A group is negotiated as a whole: rank 0 releases it when every member is there. If some
   // members were served from the cache while others (reshaped, say) went to rank 0, the group would
   // wait for members that had already run, on every rank, forever. So a group takes the fast path
@@ -111,9 +113,18 @@ void Controller::take_requests() {
     }
     classify(std::move(r), looked_[i]);
   }
+  // A lane's submission is a cache hit by construction (its lane mirrors the cache's entry), but
+  // goes the slow way wherever a hit would not be pending: after this rank joined.
+  const auto now = std::chrono::steady_clock::now();
+  for (uint32_t pos : popped_lanes_) {
+    if (joined_ || has_pending(pos)) {
+      go_slow(queue_.lane_to_request(pos, rank_));
+      continue;
+    }
+    add_pending(pos, nullptr, now);
+  }
   // Hits that waited too long go to rank 0 (after invalidating their entry everywhere), where the
   // stall inspector sees them.
-  const auto now = std::chrono::steady_clock::now();
   std::vector<uint32_t> late;
   for_each_pending([&](uint32_t pos) {
     if (std::chrono::duration<double>(now - pending_[pos].since).count() >
@@ -122,22 +133,55 @@ void Controller::take_requests() {
   });
   for (uint32_t pos : late) {
     invalid_positions_.push_back(pos);
-    go_slow(std::move(take_pending(pos)));
+    if (pending_[pos].lane)
+      lane_goes_slow(pos);
+    else
+      go_slow(std::move(take_pending(pos)));
   }
 }
 
-void Controller::add_pending(uint32_t pos, Request&& request,
+void Controller::add_pending(uint32_t pos, Request* request,
                              std::chrono::steady_clock::time_point since) {
   if (pos >= pending_.size()) pending_.resize(pos + 1);
   if (pos / 64 >= pending_bits_.size()) pending_bits_.resize(pos / 64 + 1, 0);
-  pending_[pos].request = std::move(request);
+  if (request) pending_[pos].request = std::move(*request);
   pending_[pos].since = since;
+  pending_[pos].lane = request == nullptr;
   pending_bits_[pos / 64] |= uint64_t{1} << (pos % 64);
 }
 
 Request& Controller::take_pending(uint32_t pos) {
   pending_bits_[pos / 64] &= ~(uint64_t{1} << (pos % 64));
   return pending_[pos].request;
+}
+
+void Controller::lane_goes_slow(uint32_t pos) {
+  take_pending(pos);
+  go_slow(queue_.lane_to_request(pos, rank_));
+}
+
+// Until the lanes are synced, a submission may still enter a lane whose position the cache gave to
+// another tensor: it is then handed back as a request, which misses the cache and goes the slow way.
+void Controller::sync_lanes() {
+  if (lanes_to_sync_.empty()) return;
+  std::sort(lanes_to_sync_.begin(), lanes_to_sync_.end());
+  lanes_to_sync_.erase(std::unique(lanes_to_sync_.begin(), lanes_to_sync_.end()),
+                       lanes_to_sync_.end());
+  std::vector<std::pair<uint32_t, const Response*>> wanted;
+  for (uint32_t pos : lanes_to_sync_) {
+    const Response* c = cache_.occupied(pos) ? &cache_.get(pos) : nullptr;
+    const bool lane = c && options_.lanes && c->type == ResponseType::kAllreduce &&
+                      c->group.empty() && c->error.empty() && c->names.size() == 1;
+    wanted.emplace_back(pos, lane ? c : nullptr);
+  }
+  lanes_to_sync_.clear();
+  std::vector<std::pair<uint32_t, Request>> popped;
+  queue_.sync_lanes(wanted, rank_, &popped);
+  for (auto& [pos, r] : popped) {
+    // A submission this rank had counted as a hit for the lane's old tensor.
+    if (has_pending(pos) && pending_[pos].lane) take_pending(pos);
+    go_slow(std::move(r));
+  }
 }
 
 template <typename F>
@@ -149,7 +193,12 @@ void Controller::for_each_pending(F&& f) const {
 
 // Every pending hit goes the slow way (in position order, as before).
 void Controller::requeue_all_pending() {
-  for_each_pending([&](uint32_t pos) { go_slow(std::move(pending_[pos].request)); });
+  for_each_pending([&](uint32_t pos) {
+    if (pending_[pos].lane)
+      go_slow(queue_.lane_to_request(pos, rank_));
+    else
+      go_slow(std::move(pending_[pos].request));
+  });
   for (uint64_t& w : pending_bits_) w = 0;
 }
 
@@ -192,8 +241,8 @@ std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown)
     // (runtime/group_unit.h); the same on every rank.
     const std::vector<Response> units = group_unit::units_of(slow, size_);
     for (const auto& r : slow)
-      if (r.contributors == size_ && !group_unit::in_unit(r, units)) cache_.put(r);
-    for (const auto& u : units) cache_.put(u);
+      if (r.contributors == size_ && !group_unit::in_unit(r, units)) lane_to_sync(cache_.put(r));
+    for (const auto& u : units) lane_to_sync(cache_.put(u));
     requeue_evicted_hits();
     ready.insert(ready.end(), std::make_move_iterator(slow.begin()),
                  std::make_move_iterator(slow.end()));
@@ -263,7 +312,15 @@ void Controller::erase_invalid(const std::vector<uint64_t>& bits) {
       uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(invalid));
       invalid &= invalid - 1;
       cache_.erase(pos);
-      if (has_pending(pos)) go_slow(std::move(take_pending(pos)));
+      if (has_pending(pos)) {
+        const bool lane = pending_[pos].lane;
+        Request& r = take_pending(pos);
+        if (!lane) go_slow(std::move(r));
+      }
+      // The lane closes with its entry: a popped submission in it (pending above) comes back as a
+      // request.
+      if (std::optional<Request> popped = queue_.close_lane(pos, rank_))
+        go_slow(std::move(*popped));
     }
   }
 }
@@ -288,6 +345,8 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       const int64_t b = response_bytes(cached);
       // This rank's own request for the position (its bit is in the AND): its name and shape are
       // the cached ones (the lookup compared them), and are moved, not copied, into the response.
+      // A lane's submission has none: its member is left without them.
+      const bool lane = pending_[pos].lane;
       Request& mine = take_pending(pos);
       // A group's members join the open response of their group whatever the threshold (a group
       // is one unit for plan_fusion, run whole); ungrouped ones join an ungrouped response up to
@@ -297,14 +356,28 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
           (cached.group.empty() ? ready.back().group.empty() && bytes + b <= threshold
                                 : ready.back().group == cached.group);
       if (joins) {
-        ready.back().names.push_back(std::move(mine.name));
-        ready.back().shapes.push_back(std::move(mine.shape));
+        Response& r = ready.back();
+        if (lane) {
+          // Neither name nor shape: the lane has them (Response::lanes).
+          r.names.emplace_back();
+          r.shapes.emplace_back();
+          r.lane_bytes += b;
+        } else {
+          r.names.push_back(std::move(mine.name));
+          r.shapes.push_back(std::move(mine.shape));
+        }
         bytes += b;
       } else {
         ready.push_back(cached);
         ready.back().contributors = size_;
+        if (lane) ready.back().lane_bytes = b;
         open = threshold > 0 || !cached.group.empty();
         bytes = b;
+      }
+      // Response::lanes: empty while no member is in a lane, else one position per name.
+      if (Response& r = ready.back(); lane || !r.lanes.empty()) {
+        r.lanes.resize(r.names.size(), kNoLane);
+        if (lane) r.lanes.back() = pos;
       }
       cache_.touch(pos);
     }
@@ -336,6 +409,7 @@ std::vector<Response> Controller::slow_path() {
 void Controller::requeue_evicted_hits() {
   std::vector<uint32_t> evicted;
   for_each_pending([&](uint32_t pos) {
+    if (pending_[pos].lane) return;  // sync_lanes() sees to it, before the next pop
     if (!cache_.occupied(pos) || cache_.get(pos).names[0] != pending_[pos].request.name)
       evicted.push_back(pos);
   });

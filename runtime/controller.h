@@ -72,6 +72,9 @@ struct ControllerOptions {
   // Called when a group unit goes the slow way as its members (runtime/group_unit.h): the
   // timeline's rows follow. Empty: nothing.
   std::function<void(const std::string& group, int32_t members)> on_unit_expanded;
+  // Open a lane in the queue for every cached single allreduce (runtime/tensor_queue.h, "Lanes";
+  // HVD_CACHED_LANES).
+  bool lanes = true;
 };
 
 class Controller {
@@ -94,6 +97,12 @@ class Controller {
                     const std::string& shutdown_reason) {
     coordinator_.fail_stalled(failures, shutdown_reason);
   }
+
+  // After the responses of a cycle have run: the queue's lanes follow the entries that cycle put
+  // into the response cache (runtime/tensor_queue.h, "Lanes"), so that the next step's tensors find
+  // their lanes. (Not before they have run: one of them may run from a lane whose position was just
+  // given to another tensor.) The next cycle does it first if the caller did not.
+  void sync_lanes();
 
   // After the last cycle of a normal shutdown: lets the last replies reach their ranks (at most
   // `seconds`), so that no send is pending when the transport shuts down.
@@ -126,8 +135,9 @@ class Controller {
 
   bool joined_ = false;
   struct PendingHit {
-    Request request;
+    Request request;  // unused for a lane's submission (the queue holds it)
     std::chrono::steady_clock::time_point since;
+    bool lane = false;
   };
   // The requests waiting for the AND, by cache position (a flat table: a cycle of 1000 cached
   // gradients allocates nothing here); pending_bits_ marks the positions that hold one.
@@ -136,9 +146,19 @@ class Controller {
   bool has_pending(uint32_t pos) const {
     return pos / 64 < pending_bits_.size() && (pending_bits_[pos / 64] >> (pos % 64) & 1);
   }
-  void add_pending(uint32_t pos, Request&& request, std::chrono::steady_clock::time_point since);
+  // request: moved from; null for a lane's submission (the queue holds it).
+  void add_pending(uint32_t pos, Request* request, std::chrono::steady_clock::time_point since);
   // has_pending(pos): clears its bit and returns its request, for the caller to move from.
   Request& take_pending(uint32_t pos);
+  // A lane's popped submission at `pos` (pending) goes the slow way as an ordinary request.
+  void lane_goes_slow(uint32_t pos);
+  // After a put at `pos` (-1: nothing put): the queue's lane there follows the cache's entry from
+  // the next cycle on (sync_lanes(), at its start).
+  void lane_to_sync(int64_t pos) {
+    if (pos >= 0) lanes_to_sync_.push_back(static_cast<uint32_t>(pos));
+  }
+  std::vector<uint32_t> lanes_to_sync_;
+  std::vector<uint32_t> popped_lanes_;  // take_requests()' scratch, reused
   template <typename F>
   void for_each_pending(F&& f) const;  // f(pos), in position order
   void requeue_all_pending();

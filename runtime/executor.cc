@@ -42,10 +42,18 @@ ops::CollectiveType collective_of(const Response& r) {
                       std::to_string(static_cast<int>(r.type)) + "): please report this bug.");
 }
 
+// The name of member i: a member in a lane may have none of its own (Response::lanes).
+std::string name_of(const TensorQueue& queue, const Response& r, size_t i) {
+  if (r.names[i].empty() && i < r.lanes.size() && r.lanes[i] != kNoLane)
+    return queue.lane_name(r.lanes[i]);
+  return r.names[i];
+}
+
 // "'a', 'b', 'c', 'd' and 2 more"
-std::string names_of(const Response& r) {
+std::string names_of(const TensorQueue& queue, const Response& r) {
   std::string s;
-  for (size_t i = 0; i < r.names.size() && i < 4; ++i) s += (i ? "', '" : "") + r.names[i];
+  for (size_t i = 0; i < r.names.size() && i < 4; ++i)
+    s += (i ? "', '" : "") + name_of(queue, r, i);
   if (r.names.size() > 4)
     s += "' and " + std::to_string(r.names.size() - 4) + " more";
   else
@@ -53,8 +61,8 @@ std::string names_of(const Response& r) {
   return "'" + s;
 }
 
-std::string what_of(const Response& r) {
-  return std::string(response_type_name(r.type)) + " of " + names_of(r);
+std::string what_of(const TensorQueue& queue, const Response& r) {
+  return std::string(response_type_name(r.type)) + " of " + names_of(queue, r);
 }
 
 void fail_response(TensorQueue& queue, const Response& r, detail::ErrorKind kind,
@@ -135,12 +143,15 @@ void Executor::perform(const Response& r) {
   begin_spans(r, b);
   const SpanEnd span_end{timeline_, r, b.span};
   execute(r, b);
-  recycle(b);
+  recycle(r, b);
 }
 
 // The entries' names go to the spares, for the next submissions (runtime/spares.h); the batch's
 // vectors, emptied, are kept for the next batch.
-void Executor::recycle(Batch& b) {
+void Executor::recycle(const Response& r, Batch& b) {
+  // The lanes' tensor descriptions go back to their lanes, whose next submission hands them to the
+  // user thread that made them, to be freed there (TensorQueue::return_tensors).
+  if (!r.lanes.empty()) queue_.return_tensors(r.lanes, b.op.entries);
   spare_names_.clear();
   for (auto& e : b.op.entries) spare_names_.push_back(std::move(e.name));
   detail::Spares::give(&spare_names_, nullptr);
@@ -208,7 +219,7 @@ void Executor::perform_unit(const Response& r) {
     begin_spans(r, b);
     const SpanEnd span_end{timeline_, r, b.span};
     execute(r, b);
-    recycle(b);
+    recycle(r, b);
     i = end;
   }
 }
@@ -244,12 +255,16 @@ bool Executor::perform_control(const Response& r) {
 void Executor::take_entries(const Response& r, Batch& b) {
   b.taken.reserve(r.names.size());
   b.op.entries.reserve(r.names.size());
-  queue_.take_all(r.names, &taken_);
+  queue_.take_all(r.names, r.lanes, &taken_);
   for (size_t i = 0; i < r.names.size(); ++i) {
-    ops::OpEntry oe;
+    ops::OpEntry& oe = b.op.entries.emplace_back();
     if (auto& e = taken_[i]) {
-      // The op takes the entry's name and tensors; the entry keeps its handle for completion.
+      // The op takes the entry's name and tensors; the entry keeps its handle for completion. A
+      // lane's entry has no name: an op names its entries only in error messages, the batch's
+      // first (the no-backend message) and, for a device batch, every one (the wrong-device check).
       oe.name = std::move(e->name);
+      if (oe.name.empty() && (i == 0 || e->input.device().kind != Device::kCPU))
+        oe.name = name_of(queue_, r, i);
       oe.input = std::move(e->input);
       oe.output = std::move(e->output);
       oe.splits = std::move(e->splits);
@@ -270,7 +285,6 @@ void Executor::take_entries(const Response& r, Batch& b) {
       oe.output = oe.input;
       oe.result = &b.discarded;
     }
-    b.op.entries.push_back(std::move(oe));
   }
 }
 
@@ -290,7 +304,7 @@ void Executor::begin_spans(const Response& r, Batch& b) {
 }
 
 void Executor::execute(const Response& r, Batch& b) {
-  watchdog_.op_started([&r] { return what_of(r); });
+  watchdog_.op_started([&r, &q = queue_] { return what_of(q, r); });
   struct OpDone {
     comm::Watchdog& w;
     ~OpDone() { w.op_finished(); }
@@ -303,7 +317,7 @@ void Executor::execute(const Response& r, Batch& b) {
     auto [kind, message] = detail::classify(e);
     const std::string full = message.rfind(std::string(response_type_name(r.type)) + " of", 0) == 0
                                  ? message
-                                 : what_of(r) + " failed: " + message;
+                                 : what_of(queue_, r) + " failed: " + message;
     for (auto& t : b.taken) t.handle->fail(kind, full);
     if (kind == detail::ErrorKind::kCommunication) throw;
     return;
@@ -318,7 +332,7 @@ void Executor::execute(const Response& r, Batch& b) {
     return;
   }
   auto done = std::make_shared<std::vector<TensorTableEntry>>(std::move(b.taken));
-  gpu_.finish([done, what = what_of(r)](const std::string& error) {
+  gpu_.finish([done, what = what_of(queue_, r)](const std::string& error) {
     for (auto& t : *done) {
       if (error.empty())
         t.handle->complete_one();

@@ -43,7 +43,7 @@ class Executor {
   struct Batch;
   bool perform_control(const Response& r);
   void perform_unit(const Response& r);
-  void recycle(Batch& b);
+  void recycle(const Response& r, Batch& b);
   void take_entries(const Response& r, Batch& b);
   void begin_spans(const Response& r, Batch& b);
   void execute(const Response& r, Batch& b);

@@ -22,8 +22,16 @@ bool compatible(const Response& a, const Response& b) {
          a.prescale == b.prescale && a.postscale == b.postscale && a.contributors == b.contributors;
 }
 
-// Moves r's names and shapes to the end of into's (r is left without them).
+// Moves r's names and shapes (and lanes) to the end of into's (r is left without them).
 void append(Response& into, Response& r) {
+  into.lane_bytes += r.lane_bytes;
+  if (!into.lanes.empty() || !r.lanes.empty()) {
+    into.lanes.resize(into.names.size(), kNoLane);
+    if (r.lanes.empty())
+      into.lanes.insert(into.lanes.end(), r.names.size(), kNoLane);
+    else
+      into.lanes.insert(into.lanes.end(), r.lanes.begin(), r.lanes.end());
+  }
   into.names.insert(into.names.end(), std::make_move_iterator(r.names.begin()),
                     std::make_move_iterator(r.names.end()));
   into.shapes.insert(into.shapes.end(), std::make_move_iterator(r.shapes.begin()),
@@ -40,8 +48,10 @@ int64_t response_bytes(const Response& r) {
   // Saturating: an error response may carry the shape a bad request had (negative or huge
   // dimensions); fusion only compares the result with the threshold.
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  int64_t total = 0;
-  for (const auto& shape : r.shapes) {
+  int64_t total = r.lane_bytes;  // the members in lanes (their shapes may be empty)
+  for (size_t i = 0; i < r.shapes.size(); ++i) {
+    if (i < r.lanes.size() && r.lanes[i] != kNoLane) continue;
+    const auto& shape = r.shapes[i];
     int64_t n = static_cast<int64_t>(dtype_size(r.dtype));
     for (int64_t d : shape) {
       if (d <= 0) {

@@ -21,7 +21,8 @@ struct FusionOptions {
   int64_t threshold_bytes = 64 << 20;
 };
 
-int64_t response_bytes(const Response& r);  // sum over names of elements x dtype size
+// Sum over names of elements x dtype size (the members in lanes: Response::lane_bytes).
+int64_t response_bytes(const Response& r);
 // Whether plan_fusion may pack `next` into the same buffer as `bucket` (threshold aside): both
 // allreduce responses without an error and with the same parameters.
 bool can_fuse(const Response& bucket, const Response& next);

@@ -215,6 +215,8 @@ void Response::reset() {
   last_joined_rank = -1;
   group.clear();
   error.clear();
+  lanes.clear();
+  lane_bytes = 0;
 }
 
 std::string serialize_responses(const std::vector<Response>& responses) {

@@ -95,6 +95,9 @@ static_assert(same_collective_value(RequestType::kAllreduce, ops::CollectiveType
                                         ops::CollectiveType::kReducescatter),
               "RequestType and ops::CollectiveType must list the collectives in the same order");
 
+// Response::lanes: a member that is not in a lane.
+constexpr uint32_t kNoLane = UINT32_MAX;
+
 struct Response {
   ResponseType type = ResponseType::kAllreduce;
   std::vector<std::string> names;
@@ -111,6 +114,13 @@ struct Response {
   int32_t last_joined_rank = -1;  // kJoin
   std::string group;              // members of one group are fused together
   std::string error;              // kError: the message every rank throws
+  // Local, never sent: empty, or per name the cache position of the lane that holds this rank's
+  // tensor (runtime/tensor_queue.h, "Lanes"), kNoLane for a tensor in the queue's table. Set by
+  // the controller's fast path, kept by plan_fusion. A member in a lane may have an empty name and
+  // shape (the lane has them: TensorQueue::lane_name); lane_bytes counts the bytes of all the
+  // members in lanes (response_bytes()).
+  std::vector<uint32_t> lanes;
+  int64_t lane_bytes = 0;
 
   // Every field back to a default Response's value, the containers' buffers kept (one response
   // reused for every tensor of a job of one rank: response_for(Request&&, n, Response*)). A field

@@ -32,14 +32,15 @@ const Response& ResponseCache::get(uint32_t position) const {
   return slots_[position]->response;
 }
 
-void ResponseCache::put(const Response& single) {
-  if (capacity_ == 0 || !cacheable(single)) return;
+int64_t ResponseCache::put(const Response& single) {
+  if (capacity_ == 0 || !cacheable(single)) return -1;
   const std::string& name = single.names[0];
   const uint64_t h = NameIndex::hash(name);
   if (const int64_t at = find(name, h); at >= 0) {
     slots_[at]->response = single;
+    slots_[at]->response.lanes.clear();
     touch(static_cast<uint32_t>(at));
-    return;
+    return at;
   }
   uint32_t pos;
   if (by_name_.size() < capacity_) {
@@ -53,7 +54,9 @@ void ResponseCache::put(const Response& single) {
   }
   lru_.push_front(pos);
   slots_[pos] = Slot{single, lru_.begin()};
+  slots_[pos]->response.lanes.clear();
   by_name_.insert(h, pos);
+  return pos;
 }
 
 void ResponseCache::touch(uint32_t position) {
@@ -75,6 +78,7 @@ std::vector<Response> split_response(const Response& fused) {
     Response r = fused;
     r.names = {fused.names[i]};
     r.shapes = {fused.shapes.at(i)};
+    if (!fused.lanes.empty()) r.lanes = {fused.lanes.at(i)};
     if (!fused.first_dims.empty() && fused.names.size() > 0) {
       size_t per = fused.first_dims.size() / fused.names.size();
       r.first_dims.assign(fused.first_dims.begin() + i * per,

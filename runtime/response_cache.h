@@ -43,8 +43,9 @@ class ResponseCache {
   Lookup lookup(const Request& request, uint32_t* position) const;
   const Response& get(uint32_t position) const;
   // Inserts or replaces a single-tensor response (names.size() == 1) and marks it most recently
-  // used. When full, the least recently used entry is evicted and its position reused.
-  void put(const Response& single);
+  // used. When full, the least recently used entry is evicted and its position reused. Returns
+  // the position it holds now, or -1 when not cached (not cacheable, capacity 0).
+  int64_t put(const Response& single);
   void touch(uint32_t position);
   void erase(uint32_t position);
   bool occupied(uint32_t position) const {

@@ -183,6 +183,7 @@ void Runtime::build_controller(bool thread_multiple, PeerLossHandler on_peer_los
   co.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   co.peer_timeout_seconds = config_.peer_timeout_seconds;
   co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
+  co.lanes = config_.cached_lanes;
   if (timeline_)
     // A group unit that goes the slow way becomes its members: its row's NEGOTIATE span ends, and
     // each member's row takes it over (runtime/group_unit.h).
@@ -280,6 +281,29 @@ Handle Runtime::enqueue_one(TensorTableEntry&& entry, Request&& request,
   return Handle(std::move(state));
 }
 
+// Not with a timeline on this rank: its NEGOTIATE span must open before the tensor is in the
+// queue (submit_to_queue), and opening one for every tensor that then finds no lane would draw
+// spans for nothing; the other ranks still use their lanes (a fused response may mix tensors from
+// lanes and from the table, runtime/controller.cc). Not for a tensor the one-rank path runs inline.
+bool Runtime::enqueue_lane(const std::string& name, TensorRef& in, TensorRef& out, ReduceOp op,
+                           double prescale, double postscale,
+                           const std::shared_ptr<detail::HandleState>& state) {
+  if (timeline_) return false;
+  if (mpi_->topology().size == 1 && config_.single_rank_inline && thread_multiple_ &&
+      in.device().kind == Device::kCPU && out.device().kind == Device::kCPU)
+    return false;
+  switch (queue_.try_lane(name, in, out, op, prescale, postscale, state, mpi_->topology().rank)) {
+    case TensorQueue::LaneResult::kNoLane:
+      return false;
+    case TensorQueue::LaneResult::kQueuedFirst:
+      wake();
+      return true;
+    case TensorQueue::LaneResult::kQueued:
+      return true;
+  }
+  return false;
+}
+
 // The timeline's NEGOTIATE spans (of `names`: empty without a timeline) open before the requests
 // are in the queue: once they are, the background thread may close the spans at any moment (a
 // user thread waiting on a queued request starts the cycle at once), and an end drawn before its
@@ -338,6 +362,7 @@ void Runtime::loop() {
             }
         }
         for (const auto& r : responses) executor_->perform(r);
+        controller_->sync_lanes();
         worked = !responses.empty();
         // The names and shapes the requests brought, for the next submissions (runtime/spares.h).
         for (auto& r : responses) detail::Spares::give(&r.names, &r.shapes);

@@ -62,6 +62,12 @@ class Runtime {
   // are moved from only when accepted.
   Handle enqueue_one(TensorTableEntry&& entry, Request&& request,
                      std::shared_ptr<detail::HandleState> state);
+  // allreduce_async of a tensor whose response is cached: into its lane (runtime/tensor_queue.h,
+  // "Lanes"). Returns false, with nothing done, when it has none (then enqueue_one()); moves the
+  // tensors only when it returns true. Throws as enqueue() does.
+  bool enqueue_lane(const std::string& name, TensorRef& in, TensorRef& out, ReduceOp op,
+                    double prescale, double postscale,
+                    const std::shared_ptr<detail::HandleState>& state);
   std::mutex& barrier_mutex() { return barrier_mu_; }  // barrier() calls of this rank take turns
 
   // Collective: stops the background thread after the cycle in which every rank has seen the

@@ -1,23 +1,37 @@
 #include "runtime/tensor_queue.h"
 
+#include <algorithm>
+
 #include "hvd/error.h"
 #include "runtime/group_unit.h"
 
 namespace hvd {
 
-void TensorQueue::throw_in_flight(const TensorTableEntry& e, int rank) {
-  throw InvalidArgumentError(std::string(request_type_name(e.type)) + " of '" + e.name +
-                             "' failed: a tensor named '" + e.name +
+void TensorQueue::throw_in_flight(RequestType type, const std::string& name, int rank) {
+  throw InvalidArgumentError(std::string(request_type_name(type)) + " of '" + name +
+                             "' failed: a tensor named '" + name +
                              "' is already in flight on rank " + std::to_string(rank) +
                              ". Wait for its handle before reusing the name, or give each tensor "
                              "a unique name.");
 }
 
-bool TensorQueue::push_request_locked(Request&& request,
-                                      std::chrono::steady_clock::time_point now) {
-  const bool first = requests_.empty();
+bool TensorQueue::in_flight_locked(const std::string& name, uint64_t h) const {
+  if (find_locked(name, h) >= 0) return true;
+  if (lane_index_.size() == 0) return false;
+  const int64_t l = find_lane_locked(name, h);
+  return l >= 0 && lanes_[l].busy();
+}
+
+bool TensorQueue::stamp_locked(std::chrono::steady_clock::time_point now) {
+  const bool first = requests_.empty() && ready_.empty();
   if (first) first_request_ = now;
   last_request_ = now;
+  return first;
+}
+
+bool TensorQueue::push_request_locked(Request&& request,
+                                      std::chrono::steady_clock::time_point now) {
+  const bool first = stamp_locked(now);
   request.submitted = now;
   requests_.push_back(std::move(request));
   return first;
@@ -37,9 +51,9 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
     const uint64_t h = NameIndex::hash(e.name);
     // A group's requests come in the order of its entries: the cache's lookup reuses the hash.
     if (i < requests.size() && requests[i].name == e.name) requests[i].name_hash = h;
-    if (find_locked(e.name, h) >= 0) {
+    if (in_flight_locked(e.name, h)) {
       for (const auto& [slot, ph] : placed_) remove_locked(slot, ph);
-      throw_in_flight(e, requests.empty() ? -1 : requests[0].rank);
+      throw_in_flight(e.type, e.name, requests.empty() ? -1 : requests[0].rank);
     }
     placed_.emplace_back(place_locked(std::move(e), h), h);
   }
@@ -52,7 +66,7 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
 uint64_t TensorQueue::insert_locked(TensorTableEntry&& entry, int rank) {
   if (closed_) detail::throw_error(close_kind_, close_message_);
   const uint64_t h = NameIndex::hash(entry.name);
-  if (find_locked(entry.name, h) >= 0) throw_in_flight(entry, rank);
+  if (in_flight_locked(entry.name, h)) throw_in_flight(entry.type, entry.name, rank);
   place_locked(std::move(entry), h);
   return h;
 }
@@ -91,9 +105,40 @@ bool TensorQueue::add_one(TensorTableEntry&& entry, Request&& request) {
   return push_request_locked(std::move(request), std::chrono::steady_clock::now());
 }
 
-void TensorQueue::pop_requests(std::vector<Request>* out) {
+TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef& in,
+                                              TensorRef& out, ReduceOp op, double prescale,
+                                              double postscale,
+                                              const std::shared_ptr<detail::HandleState>& handle,
+                                              int rank) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (requests_.empty()) return;
+  if (lane_index_.size() == 0) return LaneResult::kNoLane;
+  if (closed_) detail::throw_error(close_kind_, close_message_);
+  const uint64_t h = NameIndex::hash(name);
+  const int64_t at = find_lane_locked(name, h);
+  if (at < 0) return LaneResult::kNoLane;
+  Lane& l = lanes_[at];
+  if (l.busy() || find_locked(name, h) >= 0) throw_in_flight(RequestType::kAllreduce, name, rank);
+  if (in.dtype() != l.dtype || in.device().kind != l.device_kind || op != l.reduce_op ||
+      prescale != l.prescale || postscale != l.postscale || in.shape() != l.shape)
+    return LaneResult::kNoLane;
+  handle->popped_by = detail::WakeSignal::get().pops.load() + 1;
+  l.entry.input = std::move(in);
+  l.entry.output = std::move(out);
+  in = std::move(l.spare_in);  // for the caller to free (return_tensors)
+  out = std::move(l.spare_out);
+  l.entry.handle = handle;
+  l.state = Lane::State::kSubmitted;
+  ++busy_lanes_;
+  const auto now = std::chrono::steady_clock::now();
+  l.submitted = now;
+  const bool first = stamp_locked(now);
+  ready_.push_back(static_cast<uint32_t>(at));
+  return first ? LaneResult::kQueuedFirst : LaneResult::kQueued;
+}
+
+void TensorQueue::pop_requests(std::vector<Request>* out, std::vector<uint32_t>* lanes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (requests_.empty() && ready_.empty()) return;
   detail::WakeSignal::get().pops.fetch_add(1, std::memory_order_release);
   if (out->empty()) {
     out->swap(requests_);  // requests_ gets the caller's (cleared) buffer back: no copies
@@ -101,11 +146,123 @@ void TensorQueue::pop_requests(std::vector<Request>* out) {
     for (auto& r : requests_) out->push_back(std::move(r));
   }
   requests_.clear();
+  for (uint32_t pos : ready_) lanes_[pos].state = Lane::State::kPopped;
+  if (lanes->empty()) {
+    lanes->swap(ready_);
+  } else {
+    lanes->insert(lanes->end(), ready_.begin(), ready_.end());
+  }
+  ready_.clear();
+}
+
+Request TensorQueue::lane_entry_locked(Lane& l, int rank) {
+  Request r;
+  r.rank = rank;
+  r.type = RequestType::kAllreduce;
+  r.dtype = l.dtype;
+  r.reduce_op = l.reduce_op;
+  r.device = l.entry.input.device();
+  r.prescale = l.prescale;
+  r.postscale = l.postscale;
+  r.name = l.name;
+  r.shape = l.shape;
+  r.submitted = l.submitted;
+  r.name_hash = l.hash;
+  TensorTableEntry e = std::move(l.entry);
+  l.entry = TensorTableEntry{};
+  e.name = l.name;
+  e.type = RequestType::kAllreduce;
+  place_locked(std::move(e), l.hash);
+  l.state = Lane::State::kIdle;
+  --busy_lanes_;
+  return r;
+}
+
+Request TensorQueue::lane_to_request(uint32_t pos, int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pos >= lanes_.size() || lanes_[pos].state != Lane::State::kPopped)
+    throw InternalError("tensor queue: no popped submission in lane " + std::to_string(pos) +
+                        ": please report this bug.");
+  return lane_entry_locked(lanes_[pos], rank);
+}
+
+std::optional<Request> TensorQueue::close_lane_locked(uint32_t pos, int rank) {
+  if (pos >= lanes_.size() || lanes_[pos].state == Lane::State::kClosed) return std::nullopt;
+  Lane& l = lanes_[pos];
+  std::optional<Request> popped;
+  if (l.state == Lane::State::kSubmitted) {
+    // Not popped yet: its request waits with the others, as if it had been submitted that way.
+    ready_.erase(std::find(ready_.begin(), ready_.end(), pos));
+    requests_.push_back(lane_entry_locked(l, rank));
+  } else if (l.state == Lane::State::kPopped) {
+    popped = lane_entry_locked(l, rank);
+  }
+  lane_index_.erase(l.hash, pos);
+  l.state = Lane::State::kClosed;
+  l.name.clear();
+  return popped;
+}
+
+std::optional<Request> TensorQueue::close_lane(uint32_t pos, int rank) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return close_lane_locked(pos, rank);
+}
+
+bool TensorQueue::lane_serves_locked(uint32_t pos, const Response& cached) const {
+  if (pos >= lanes_.size()) return false;
+  const Lane& l = lanes_[pos];
+  return l.state != Lane::State::kClosed && l.name == cached.names.at(0) &&
+         l.dtype == cached.dtype && l.device_kind == cached.device_kind &&
+         l.reduce_op == cached.reduce_op && l.prescale == cached.prescale &&
+         l.postscale == cached.postscale && l.shape == cached.shapes.at(0);
+}
+
+void TensorQueue::sync_lanes(const std::vector<std::pair<uint32_t, const Response*>>& wanted,
+                             int rank, std::vector<std::pair<uint32_t, Request>>* popped) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  // First every lane that changes closes, then the new ones open: a name that moves from one
+  // position to another is never open twice.
+  for (const auto& [pos, cached] : wanted) {
+    if (cached && lane_serves_locked(pos, *cached)) continue;
+    if (std::optional<Request> r = close_lane_locked(pos, rank))
+      popped->emplace_back(pos, std::move(*r));
+  }
+  for (const auto& [pos, cached] : wanted) {
+    if (!cached || lane_serves_locked(pos, *cached)) continue;
+    const std::string& name = cached->names.at(0);
+    const uint64_t h = NameIndex::hash(name);
+    if (find_lane_locked(name, h) >= 0)
+      throw InternalError("tensor queue: a lane for '" + name +
+                          "' is open at another position: please report this bug.");
+    if (pos >= lanes_.size()) lanes_.resize(pos + 1);
+    Lane& l = lanes_[pos];
+    l.name = name;
+    l.hash = h;
+    l.dtype = cached->dtype;
+    l.device_kind = cached->device_kind;
+    l.reduce_op = cached->reduce_op;
+    l.prescale = cached->prescale;
+    l.postscale = cached->postscale;
+    l.shape = cached->shapes.at(0);
+    l.state = Lane::State::kIdle;
+    lane_index_.insert(h, pos);
+  }
+}
+
+std::string TensorQueue::lane_name(uint32_t pos) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pos < lanes_.size() ? lanes_[pos].name : std::string();
+}
+
+size_t TensorQueue::open_lanes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lane_index_.size();
 }
 
 TensorQueue::Waiting TensorQueue::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (requests_.empty()) return {};
+  if (requests_.empty() && ready_.empty()) return {};
   return {true, first_request_, last_request_};
 }
 
@@ -118,10 +275,23 @@ std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {
 }
 
 void TensorQueue::take_all(const std::vector<std::string>& names,
+                           const std::vector<uint32_t>& lanes,
                            std::vector<std::optional<TensorTableEntry>>* out) {
   out->resize(names.size());
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < names.size(); ++i) {
+    if (i < lanes.size() && lanes[i] != kNoLane) {
+      const uint32_t pos = lanes[i];
+      if (pos < lanes_.size() && lanes_[pos].state == Lane::State::kPopped) {
+        Lane& l = lanes_[pos];
+        (*out)[i] = std::move(l.entry);  // (left empty: try_lane sets every field it reads)
+        l.state = Lane::State::kIdle;
+        --busy_lanes_;
+      } else {
+        (*out)[i].reset();  // closed (shutdown), which failed the handle
+      }
+      continue;
+    }
     const uint64_t h = NameIndex::hash(names[i]);
     const int64_t at = find_locked(names[i], h);
     if (at >= 0)
@@ -142,7 +312,7 @@ std::string TensorQueue::expand_unit(const std::string& group, int rank) {
   for (size_t i = 0; i < n; ++i) {
     TensorTableEntry& m = members[i];
     group_unit::member_name(group, i, &m.name);
-    if (find_locked(m.name, NameIndex::hash(m.name)) >= 0) {
+    if (in_flight_locked(m.name, NameIndex::hash(m.name))) {
       lock.unlock();
       const std::string error =
           "grouped_allreduce of '" + group + "' failed: a tensor named '" + m.name +
@@ -173,13 +343,25 @@ void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {
     }
     for (Slot& s : slots_)
       if (s.used) left.push_back(std::move(s.entry));
+    for (Lane& l : lanes_) {
+      if (l.busy()) {
+        left.push_back(std::move(l.entry));
+        left.back().name = l.name;
+        left.back().type = RequestType::kAllreduce;
+      }
+    }
+    lanes_.clear();
+    lane_index_.clear();
+    busy_lanes_ = 0;
     slots_.clear();
     free_.clear();
     index_.clear();
     // The requests are dropped, as good as taken: a thread still blocked on one must not close a
     // later runtime's first fusion window (runtime/handle.h, WakeSignal).
-    if (!requests_.empty()) detail::WakeSignal::get().pops.fetch_add(1, std::memory_order_release);
+    if (!requests_.empty() || !ready_.empty())
+      detail::WakeSignal::get().pops.fetch_add(1, std::memory_order_release);
     requests_.clear();
+    ready_.clear();
   }
   for (auto& e : left)
     e.handle->fail(kind, std::string(request_type_name(e.type)) + " of '" + e.name +
@@ -188,7 +370,7 @@ void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {
 
 size_t TensorQueue::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return index_.size();
+  return index_.size() + busy_lanes_;
 }
 
 }  // namespace hvd

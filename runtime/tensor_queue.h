@@ -4,9 +4,26 @@
 // tensors (one, or a whole group) with their requests atomically; the background thread pops the
 // requests once per cycle and later take()s each entry by name when its response executes.
 //
-// Thread safety: every method takes the queue's mutex. A name may be in the queue once per rank;
-// adding it again before its entry is taken is an error. After close() every add() throws the
-// closing error and every entry still in the table is failed with it.
+// Lanes: the steady state of one allreduce_async per tensor. Every tensor of a training step is
+// submitted again at the next step with the same name and parameters, and its response is then in
+// the response cache (runtime/response_cache.h): a request and an entry found by name would only
+// be built to be matched against that response once more. So the controller opens a *lane* for
+// each cached single allreduce, at the cache position of its response (sync_lanes). A submission
+// whose name and parameters match an open lane (try_lane) writes its tensors and handle into the
+// lane and lists the position: no request, no name copy, no entry in the table. The controller
+// pops the positions with the requests and sets their hit bits; the executor takes the lanes'
+// tensors by position (take_all). Wherever a cached request would go the slow way (patience, a
+// joined rank, its cache entry erased or replaced), the lane's submission becomes an entry and a
+// request like any other (lane_to_request, close_lane), so everything after the hand-off is the
+// path every tensor takes. Lanes exist only for what the cache holds (the controller closes a
+// position's lane when the cache drops it, and syncs the lanes of the positions it put, one cycle
+// later: a fused response of this cycle may still run from a lane whose position the cycle's slow
+// path gave to another tensor). The queue knows nothing of the cache.
+//
+// Thread safety: every method takes the queue's mutex. A name may be in the queue once per rank
+// (in the table or in a lane); adding it again before its entry is taken is an error. After
+// close() every add() throws the closing error and every entry still in the table or in a lane is
+// failed with it.
 
 #include <chrono>
 #include <memory>
@@ -49,9 +66,19 @@ class TensorQueue {
   // The entry alone, with no request to negotiate: the single-rank path runs it at once
   // (runtime/runtime.cc). The same checks as add().
   void add_entry(TensorTableEntry&& entry, int rank);
+  // The lane path of allreduce_async (see the top of this file): when an open lane has this name
+  // and these parameters, moves the tensors and the handle into it and returns kQueued, or
+  // kQueuedFirst when nothing else was waiting since the last pop (the caller wakes the background
+  // thread); otherwise kNoLane, with nothing done (the caller goes the ordinary way). Throws as
+  // add() does: a name in flight, the closing error.
+  enum class LaneResult { kNoLane, kQueued, kQueuedFirst };
+  LaneResult try_lane(const std::string& name, TensorRef& in, TensorRef& out, ReduceOp op,
+                      double prescale, double postscale,
+                      const std::shared_ptr<detail::HandleState>& handle, int rank);
   // Appends the requests added since the last call to *out (swaps when *out is empty: pass a
-  // cleared vector back each time and neither side reallocates).
-  void pop_requests(std::vector<Request>* out);
+  // cleared vector back each time and neither side reallocates), and the positions of the lanes
+  // submitted since then to *lanes (likewise).
+  void pop_requests(std::vector<Request>* out, std::vector<uint32_t>* lanes);
   // The requests added since the last pop_requests(): none, or when the first and the last came.
   struct Waiting {
     bool any = false;
@@ -61,8 +88,41 @@ class TensorQueue {
   std::optional<TensorTableEntry> take(const std::string& name);
   // take() of every name, under one lock (a fused response's tensors): (*out)[i] is names[i]'s
   // entry. *out is the caller's, reused from batch to batch (no allocation once it is large enough).
-  void take_all(const std::vector<std::string>& names,
+  // `lanes`: empty, or per name the position of the lane that holds it (popped) or kNoLane.
+  void take_all(const std::vector<std::string>& names, const std::vector<uint32_t>& lanes,
                 std::vector<std::optional<TensorTableEntry>>* out);
+
+  // Lanes, for the controller (background thread). close_lane: the position's lane is closed; a
+  // submission in it becomes an entry with a request, which joins the queue's requests when it
+  // was not popped yet, and is returned when it was (for the caller to send the slow way).
+  // sync_lanes: for each (position, response), the lane there serves that single allreduce
+  // response from now on (null: no lane there); a lane there for another name or other parameters
+  // is closed first (as close_lane, its popped submission appended to *popped with its position).
+  // lane_to_request: the popped submission in the lane at `pos` becomes an entry with a request,
+  // returned; the lane stays open. `rank`: this rank, for the requests.
+  std::optional<Request> close_lane(uint32_t pos, int rank);
+  void sync_lanes(const std::vector<std::pair<uint32_t, const Response*>>& wanted, int rank,
+                  std::vector<std::pair<uint32_t, Request>>* popped);
+  Request lane_to_request(uint32_t pos, int rank);
+  // After the op: the descriptions of the lanes' tensors (entries[i].input and .output for each
+  // lanes[i] != kNoLane) are kept by their lanes. The next submission to a lane takes them in
+  // exchange for its own, and the user thread frees them: the thread that allocated their shapes
+  // (a block freed by another thread costs malloc's slow path on both threads).
+  template <class Entries>
+  void return_tensors(const std::vector<uint32_t>& lanes, Entries& entries) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < lanes.size() && i < entries.size(); ++i) {
+      if (lanes[i] == kNoLane || lanes[i] >= lanes_.size()) continue;
+      Lane& l = lanes_[lanes[i]];
+      if (l.state == Lane::State::kClosed) continue;
+      l.spare_in = std::move(entries[i].input);
+      l.spare_out = std::move(entries[i].output);
+    }
+  }
+  size_t open_lanes() const;  // tests
+  // The name of the lane at `pos` ("" when none is open there): a fused response's member in a
+  // lane has no name of its own (Response::lanes). Any thread.
+  std::string lane_name(uint32_t pos) const;
   // The background thread, for a group unit that goes the slow way (runtime/group_unit.h): replaces
   // the unit's entry `group` by one entry per member ("<group>.<i>", sharing the unit's handle,
   // which then expects one completion per member). Returns "" when done or when the entry is
@@ -93,11 +153,44 @@ class TensorQueue {
   std::vector<std::pair<uint32_t, uint64_t>> placed_;      // add()'s (slot, hash) pairs, reused
   TensorTableEntry remove_locked(uint32_t i, uint64_t h);  // h: the name's hash
   std::vector<Request> requests_;
-  std::chrono::steady_clock::time_point first_request_, last_request_;  // of requests_
+  // Of requests_ and ready_ together (waiting()).
+  std::chrono::steady_clock::time_point first_request_, last_request_;
+  // Under mu_: a submission at `now`; returns whether it is the first since the last pop.
+  bool stamp_locked(std::chrono::steady_clock::time_point now);
   // Under mu_: stamps the request with `now` and appends it; returns whether it is the first since
   // the last pop_requests().
   bool push_request_locked(Request&& request, std::chrono::steady_clock::time_point now);
-  [[noreturn]] static void throw_in_flight(const TensorTableEntry& e, int rank);
+  [[noreturn]] static void throw_in_flight(RequestType type, const std::string& name, int rank);
+  // Under mu_: is the name in flight, in the table or in a lane?
+  bool in_flight_locked(const std::string& name, uint64_t h) const;
+
+  struct Lane {
+    enum class State : uint8_t { kClosed, kIdle, kSubmitted, kPopped };
+    State state = State::kClosed;
+    std::string name;
+    uint64_t hash = 0;
+    // The cached response's parameters, which a submission must match.
+    DataType dtype = DataType::kFloat32;
+    Device::Kind device_kind = Device::kCPU;
+    ReduceOp reduce_op = ReduceOp::kSum;
+    double prescale = 1.0, postscale = 1.0;
+    std::vector<int64_t> shape;
+    TensorTableEntry entry;         // kSubmitted, kPopped: the tensors and handle (no name)
+    TensorRef spare_in, spare_out;  // return_tensors()
+    std::chrono::steady_clock::time_point submitted;
+    bool busy() const { return state == State::kSubmitted || state == State::kPopped; }
+  };
+  std::vector<Lane> lanes_;      // by cache position
+  NameIndex lane_index_;         // the open lanes' names -> position
+  std::vector<uint32_t> ready_;  // lanes submitted since the last pop, in order
+  size_t busy_lanes_ = 0;
+  int64_t find_lane_locked(const std::string& name, uint64_t h) const {
+    return lane_index_.find(h, [&](uint32_t i) { return lanes_[i].name == name; });
+  }
+  // Under mu_: the busy lane's submission as an entry in the table and a request (returned).
+  Request lane_entry_locked(Lane& lane, int rank);
+  std::optional<Request> close_lane_locked(uint32_t pos, int rank);
+  bool lane_serves_locked(uint32_t pos, const Response& cached) const;  // open, for `cached`
   // Under mu_: checks, then inserts; returns the name's hash.
   uint64_t insert_locked(TensorTableEntry&& entry, int rank);
 

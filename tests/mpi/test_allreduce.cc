@@ -161,6 +161,96 @@ TEST_F(Allreduce, RepeatedNameGetsFreshValuesEachTime) {
   }
 }
 
+// One allreduce_async per tensor, step after step, as a trainer without groups submits its
+// gradients: from the second step on the tensors go through their lanes (runtime/tensor_queue.h).
+// Mixed dtypes, ops and scale factors, in place and out of place, values that change every step,
+// another submission order on odd ranks, a tensor reshaped and one given another op at step 4
+// (renegotiated, then in their lanes again), one submitted only every other step, and a name
+// reused at once after its wait. Registered again with HVD_CACHE_CAPACITY=8 (test_allreduce.lanes):
+// then the cache evicts every step, and lanes close and open under the submissions.
+TEST_F(Allreduce, PerTensorStepsThroughLanes) {
+  const int rank = hvd::rank(), size = hvd::size();
+  const int tensors = 40;
+  for (int step = 0; step < 8; ++step) {
+    struct T {
+      std::string name;
+      DataType dtype;
+      ReduceOp op;
+      double prescale, postscale;
+      bool in_place;
+      Buffer in, out;
+      hvd::Handle handle;
+    };
+    std::vector<T> ts;
+    for (int k = 0; k < tensors; ++k) {
+      if (k == 13 && step % 2 == 1) continue;  // every other step only
+      T t;
+      t.name = "lanes." + std::to_string(k);
+      t.dtype = k % 5 == 1   ? DataType::kFloat64
+                : k % 5 == 3 ? DataType::kInt32
+                             : DataType::kFloat32;
+      t.op = k % 7 == 2 ? ReduceOp::kMax : k % 7 == 4 ? ReduceOp::kAverage : ReduceOp::kSum;
+      if (k == 9 && step >= 4) t.op = ReduceOp::kMin;
+      const bool scaled = k % 11 == 5 && t.dtype != DataType::kInt32 && t.op == ReduceOp::kSum;
+      t.prescale = scaled ? 2.0 : 1.0;
+      t.postscale = scaled ? 0.5 : 1.0;
+      t.in_place = k % 3 == 0;
+      int64_t n = 1 + (k * 37) % 300;
+      if (k == 7 && step >= 4) n += 5;  // reshaped
+      const int64_t shift = step * 3 + k;
+      t.in = Buffer(t.dtype, n);
+      t.in.fill([&](int64_t i) { return reduce_contrib(t.op, t.dtype, rank, size, i + shift); });
+      if (!t.in_place) {
+        t.out = Buffer(t.dtype, n);
+        t.out.fill([](int64_t) { return 99; });
+      }
+      ts.push_back(std::move(t));
+    }
+    const std::string label = "lanes step " + std::to_string(step);
+    {
+      Watchdog w(label);
+      for (size_t j = 0; j < ts.size(); ++j) {
+        T& t = ts[rank % 2 ? ts.size() - 1 - j : j];
+        hvd::TensorRef in = t.in.ref();
+        hvd::TensorRef out = t.in_place ? in : t.out.ref();
+        t.handle = enqueue(
+            [&] { return hvd::allreduce_async(in, out, t.name, t.op, t.prescale, t.postscale); },
+            t.name);
+      }
+      for (T& t : ts) wait_ok(t.handle, label + " " + t.name);
+      // The same name again right after its wait, alone.
+      T& first = ts.front();
+      hvd::TensorRef again = first.in.ref();
+      hvd::Handle h = enqueue(
+          [&] {
+            return hvd::allreduce_async(again, again, "lanes.again", ReduceOp::kSum, 1.0, 1.0);
+          },
+          "lanes.again");
+      wait_ok(h, label + " lanes.again");
+    }
+    for (T& t : ts) {
+      const int k = std::stoi(t.name.substr(6));
+      const int64_t shift = step * 3 + k;
+      const Buffer& result = t.in_place ? t.in : t.out;
+      if (&t == &ts.front()) continue;  // reduced twice (lanes.again); checked below
+      check_values(
+          result,
+          [&](int64_t i) {
+            return reduce_expected(t.op, t.dtype, size, i + shift, t.prescale, t.postscale);
+          },
+          label + " " + t.name, tolerance(t.op, t.dtype));
+    }
+    // ts.front() (lanes.0: float32 sum, in place): reduced once by its own name, then again.
+    const int64_t shift0 = step * 3;
+    check_values(
+        ts.front().in,
+        [&](int64_t i) {
+          return size * reduce_expected(ReduceOp::kSum, DataType::kFloat32, size, i + shift0, 1, 1);
+        },
+        label + " lanes.0 then lanes.again");
+  }
+}
+
 // The vector/span convenience layer: blocking allreduce (default average) and the span overload.
 TEST_F(Allreduce, ConvenienceVectorAndSpan) {
   std::vector<float> f(1001);
