@@ -150,33 +150,42 @@ struct Checks {
     if (error.empty()) error = std::move(why);
   }
 
-  // One tensor on its own: dtype, device, shape, size, data pointer.
-  void tensor(const TensorRef& t, const Role& role) {
-    if (failed()) return;
+  // One tensor on its own: dtype, device, shape, size, data pointer. Returns its size in bytes
+  // (byte_size()), or -1 when this or an earlier check failed.
+  int64_t tensor(const TensorRef& t, const Role& role) {
+    if (failed()) return -1;
     if (!known_dtype(t.dtype()))
-      return fail(role.str() + " has dtype " + std::to_string(static_cast<int>(t.dtype())) +
-                  ", which is not a DataType: pass one of uint8, int8, int32, int64, float16, "
-                  "bfloat16, float32, "
-                  "float64.");
+      return fail_size(role.str() + " has dtype " + std::to_string(static_cast<int>(t.dtype())) +
+                       ", which is not a DataType: pass one of uint8, int8, int32, int64, float16, "
+                       "bfloat16, float32, "
+                       "float64.");
     if (!known_device(t.device()))
-      return fail(role.str() + " is on " + device_name(t.device()) +
-                  ", which is not a device: pass Device::cpu() or Device::cuda(i) with i >= 0.");
+      return fail_size(
+          role.str() + " is on " + device_name(t.device()) +
+          ", which is not a device: pass Device::cpu() or Device::cuda(i) with i >= 0.");
     for (int64_t d : t.shape())
       if (d < 0)
-        return fail(role.str() + " has shape " + shape_string(t.shape()) +
-                    " with a negative dimension.");
-    if (byte_size(t) < 0)
-      return fail(
+        return fail_size(role.str() + " has shape " + shape_string(t.shape()) +
+                         " with a negative dimension.");
+    // Elements there are exactly when the size is above 0 (a zero dimension makes both 0).
+    const int64_t bytes = byte_size(t);
+    if (bytes < 0)
+      return fail_size(
           role.str() + " has shape " + shape_string(t.shape()) + " of " + dtype_name(t.dtype()) +
           ": the product of its non-zero dimensions and the element size does not fit in 64 bits.");
-    if (t.num_elements() > 0 && t.data() == nullptr)
-      return fail(role.str() + " has " + std::to_string(t.num_elements()) +
-                  " elements but a null data pointer.");
+    if (bytes > 0 && t.data() == nullptr)
+      return fail_size(role.str() + " has " + std::to_string(t.num_elements()) +
+                       " elements but a null data pointer.");
     // hvd's own element-wise code (scaling, averaging, fusion) reads elements through typed pointers.
-    if (t.num_elements() > 0 && reinterpret_cast<uintptr_t>(t.data()) % dtype_size(t.dtype()) != 0)
-      return fail(role.str() + "'s data pointer is not a multiple of " +
-                  std::to_string(dtype_size(t.dtype())) + " bytes, the size of its " +
-                  dtype_name(t.dtype()) + " elements: pass aligned memory.");
+    if (bytes > 0 && reinterpret_cast<uintptr_t>(t.data()) % dtype_size(t.dtype()) != 0)
+      return fail_size(role.str() + "'s data pointer is not a multiple of " +
+                       std::to_string(dtype_size(t.dtype())) + " bytes, the size of its " +
+                       dtype_name(t.dtype()) + " elements: pass aligned memory.");
+    return bytes;
+  }
+  int64_t fail_size(std::string why) {
+    fail(std::move(why));
+    return -1;
   }
 
   // A CUDA tensor must be on this rank's GPU (after output_matches(): an output is on its input's
@@ -253,9 +262,10 @@ struct Checks {
 
   // no_overlap() for one input and one output, without building vectors (the hot path of
   // allreduce_async): the output may be exactly the input, or share no byte with it.
-  void no_overlap_pair(const TensorRef& in, const TensorRef& out) {
+  // in_bytes, out_bytes: their sizes (what tensor() returned).
+  void no_overlap_pair(const TensorRef& in, const TensorRef& out, int64_t in_bytes,
+                       int64_t out_bytes) {
     if (failed()) return;
-    const int64_t in_bytes = byte_size(in), out_bytes = byte_size(out);
     if (in_bytes <= 0 || out_bytes <= 0 || !(in.device() == out.device())) return;
     if (in.data() == out.data() && in_bytes == out_bytes) return;  // in place
     const auto ib = reinterpret_cast<uintptr_t>(in.data()),
@@ -443,13 +453,13 @@ Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, Red
   auto rt = get("allreduce_async()");
   check_name(name, "allreduce");
   Checks c{*rt, {}};
-  c.tensor(in, "the input");
-  c.tensor(out, "the output");
+  const int64_t in_bytes = c.tensor(in, "the input");
+  const int64_t out_bytes = c.tensor(out, "the output");
   c.output_matches(in, out, "the input", "the output");
   c.on_this_gpu(in);
   c.reduce_op(op);
   c.scales(prescale, postscale);
-  c.no_overlap_pair(in, out);
+  c.no_overlap_pair(in, out, in_bytes, out_bytes);
   std::shared_ptr<detail::HandleState> state;
   if (c.error.empty()) {
     // A tensor whose response is cached (every step's gradients from the second on) goes into

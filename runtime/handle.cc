@@ -1,5 +1,6 @@
 #include "runtime/handle.h"
 
+#include <algorithm>
 #include <new>
 
 #include "common/backoff.h"
@@ -12,43 +13,75 @@ namespace {
 
 constexpr bool kPoolHandles = !kAddressSanitizer;  // ASan must see each handle freed
 
-// Blocks of one size, recycled through a free list under a mutex (a get and a put each lock it
-// once: far cheaper than malloc's arena path, and the user thread that submits is usually the one
-// that drops the handles). Never destroyed: a Handle may outlive every other static.
+// Blocks of one size, recycled: each thread keeps up to kLocal of its own (no lock: a user thread
+// that submits a step's tensors and drops their handles in the next takes and gives its blocks
+// there), and trades them with a shared free list under a mutex kBatch at a time. Never destroyed:
+// a Handle may outlive every other static. A thread's own blocks go back to the shared list when
+// it ends.
 class BlockPool {
  public:
   static constexpr std::size_t kBlock = 512;  // bytes; larger requests go to operator new
   static constexpr std::size_t kMaxBlocks = 8192;
+  static constexpr std::size_t kLocal = 128;
+  static constexpr std::size_t kBatch = 64;
 
   BlockPool() { free_.reserve(kMaxBlocks); }
   void* get(std::size_t bytes) {
     if (bytes > kBlock) return ::operator new(bytes);
-    {
+    Local& local = this_thread();
+    if (local.blocks.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!free_.empty()) {
-        void* p = free_.back();
-        free_.pop_back();
-        return p;
-      }
+      const std::size_t n = std::min(kBatch, free_.size());
+      local.blocks.insert(local.blocks.end(), free_.end() - static_cast<std::ptrdiff_t>(n),
+                          free_.end());
+      free_.resize(free_.size() - n);
     }
-    return ::operator new(kBlock);
+    if (local.blocks.empty()) return ::operator new(kBlock);
+    void* p = local.blocks.back();
+    local.blocks.pop_back();
+    return p;
   }
   void put(void* p, std::size_t bytes) {
-    if (bytes <= kBlock) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (free_.size() < kMaxBlocks) {
-        free_.push_back(p);
-        return;
-      }
+    if (bytes > kBlock) {
+      ::operator delete(p);
+      return;
     }
-    ::operator delete(p);
+    Local& local = this_thread();
+    if (local.blocks.size() >= kLocal) give_back(local.blocks, kBatch);
+    local.blocks.push_back(p);
   }
   std::size_t size() {
     std::lock_guard<std::mutex> lock(mu_);
-    return free_.size();
+    return free_.size() + this_thread().blocks.size();
   }
 
  private:
+  // The last n of `blocks` go to the shared list (as many as it keeps; the rest are freed).
+  void give_back(std::vector<void*>& blocks, std::size_t n) {
+    n = std::min(n, blocks.size());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (n > 0 && free_.size() < kMaxBlocks) {
+        free_.push_back(blocks.back());
+        blocks.pop_back();
+        --n;
+      }
+    }
+    for (; n > 0; --n) {
+      ::operator delete(blocks.back());
+      blocks.pop_back();
+    }
+  }
+  struct Local {
+    BlockPool* pool;
+    std::vector<void*> blocks;
+    ~Local() { pool->give_back(blocks, blocks.size()); }
+  };
+  Local& this_thread() {
+    thread_local Local local{this, {}};
+    return local;
+  }
+
   std::mutex mu_;
   std::vector<void*> free_;
 };

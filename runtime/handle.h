@@ -84,11 +84,12 @@ struct HandleState {
 // pool of recycled blocks. A step submits its tensors in a burst and drops their handles in the
 // next: 1000 blocks of ~250 bytes each way overflow malloc's per-thread cache (7 blocks per size)
 // into its locked arena path, which cost more instructions than the rest of a handle's life
-// (docs/benchmarks.md, "Instructions per tensor"). The pool keeps at most 8192 blocks (4 MiB);
-// under AddressSanitizer it is bypassed, so that a use after free is still caught.
+// (docs/benchmarks.md, "Instructions per tensor"). Each thread takes and gives blocks of its own
+// without a lock (up to 128), trading them 64 at a time with a shared list of at most 8192 blocks
+// (4 MiB); under AddressSanitizer the pool is bypassed, so that a use after free is still caught.
 std::shared_ptr<HandleState> make_handle_state(int pending_tensors);
 // Whether make_handle_state() uses the pool (not under AddressSanitizer), and the blocks it holds
-// now (tests).
+// now: the shared list's and the calling thread's own (tests).
 bool handle_pool_enabled();
 std::size_t handle_pool_size();
 

@@ -1,6 +1,7 @@
 #include "runtime/response_cache.h"
 
 #include "hvd/error.h"
+#include "runtime/fusion.h"
 
 namespace hvd {
 
@@ -39,6 +40,8 @@ int64_t ResponseCache::put(const Response& single) {
   if (const int64_t at = find(name, h); at >= 0) {
     slots_[at]->response = single;
     slots_[at]->response.lanes.clear();
+    slots_[at]->response.lane_bytes = 0;
+    slots_[at]->bytes = response_bytes(slots_[at]->response);
     touch(static_cast<uint32_t>(at));
     return at;
   }
@@ -55,6 +58,8 @@ int64_t ResponseCache::put(const Response& single) {
   lru_.push_front(pos);
   slots_[pos] = Slot{single, lru_.begin()};
   slots_[pos]->response.lanes.clear();
+  slots_[pos]->response.lane_bytes = 0;
+  slots_[pos]->bytes = response_bytes(slots_[pos]->response);
   by_name_.insert(h, pos);
   return pos;
 }

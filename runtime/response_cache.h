@@ -42,6 +42,8 @@ class ResponseCache {
   // the entry's position.
   Lookup lookup(const Request& request, uint32_t* position) const;
   const Response& get(uint32_t position) const;
+  // response_bytes(get(position)), computed once when it was put.
+  int64_t bytes(uint32_t position) const { return slots_[position]->bytes; }
   // Inserts or replaces a single-tensor response (names.size() == 1) and marks it most recently
   // used. When full, the least recently used entry is evicted and its position reused. Returns
   // the position it holds now, or -1 when not cached (not cacheable, capacity 0).
@@ -56,6 +58,7 @@ class ResponseCache {
   struct Slot {
     Response response;
     std::list<uint32_t>::iterator lru;
+    int64_t bytes = 0;
   };
   int64_t find(const std::string& name, uint64_t h) const {
     return by_name_.find(h, [&](uint32_t pos) { return slots_[pos]->response.names[0] == name; });

@@ -288,7 +288,7 @@ Handle Runtime::enqueue_one(TensorTableEntry&& entry, Request&& request,
 bool Runtime::enqueue_lane(const std::string& name, TensorRef& in, TensorRef& out, ReduceOp op,
                            double prescale, double postscale,
                            const std::shared_ptr<detail::HandleState>& state) {
-  if (timeline_) return false;
+  if (timeline_ || !config_.cached_lanes) return false;
   if (mpi_->topology().size == 1 && config_.single_rank_inline && thread_multiple_ &&
       in.device().kind == Device::kCPU && out.device().kind == Device::kCPU)
     return false;

@@ -67,7 +67,9 @@ TEST(HandlePool, KeepsAtMostItsBound) {
   std::vector<std::shared_ptr<HandleState>> states;
   for (int i = 0; i < 10000; ++i) states.push_back(make_handle_state(1));
   states.clear();
-  EXPECT_EQ(handle_pool_size(), 8192u);
+  // 8192 shared, and up to 128 of this thread's own.
+  EXPECT_GE(handle_pool_size(), 8192u);
+  EXPECT_LE(handle_pool_size(), 8192u + 128u);
 }
 
 // One thread makes states and waits on them, another completes (or fails) them and drops its
