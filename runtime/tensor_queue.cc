@@ -118,8 +118,7 @@ TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef
   if (at < 0) return LaneResult::kNoLane;
   Lane& l = lanes_[at];
   if (l.busy() || find_locked(name, h) >= 0) throw_in_flight(RequestType::kAllreduce, name, rank);
-  if (in.dtype() != l.dtype || in.device().kind != l.device_kind || op != l.reduce_op ||
-      prescale != l.prescale || postscale != l.postscale || in.shape() != l.shape)
+  if (!l.takes(in.dtype(), in.device().kind, op, prescale, postscale, in.shape()))
     return LaneResult::kNoLane;
   handle->popped_by = detail::WakeSignal::get().pops.load() + 1;
   l.entry.input = std::move(in);
@@ -168,8 +167,7 @@ Request TensorQueue::lane_entry_locked(Lane& l, int rank) {
   r.shape = l.shape;
   r.submitted = l.submitted;
   r.name_hash = l.hash;
-  TensorTableEntry e = std::move(l.entry);
-  l.entry = TensorTableEntry{};
+  TensorTableEntry e = std::move(l.entry);  // (left empty: try_lane sets every field it reads)
   e.name = l.name;
   e.type = RequestType::kAllreduce;
   place_locked(std::move(e), l.hash);
@@ -181,7 +179,8 @@ Request TensorQueue::lane_entry_locked(Lane& l, int rank) {
 Request TensorQueue::lane_to_request(uint32_t pos, int rank) {
   std::lock_guard<std::mutex> lock(mu_);
   if (pos >= lanes_.size() || lanes_[pos].state != Lane::State::kPopped)
-    throw InternalError("tensor queue: no popped submission in lane " + std::to_string(pos) +
+    throw InternalError("tensor queue of rank " + std::to_string(rank) +
+                        ": no popped submission in lane " + std::to_string(pos) +
                         ": please report this bug.");
   return lane_entry_locked(lanes_[pos], rank);
 }
@@ -212,9 +211,8 @@ bool TensorQueue::lane_serves_locked(uint32_t pos, const Response& cached) const
   if (pos >= lanes_.size()) return false;
   const Lane& l = lanes_[pos];
   return l.state != Lane::State::kClosed && l.name == cached.names.at(0) &&
-         l.dtype == cached.dtype && l.device_kind == cached.device_kind &&
-         l.reduce_op == cached.reduce_op && l.prescale == cached.prescale &&
-         l.postscale == cached.postscale && l.shape == cached.shapes.at(0);
+         l.takes(cached.dtype, cached.device_kind, cached.reduce_op, cached.prescale,
+                 cached.postscale, cached.shapes.at(0));
 }
 
 void TensorQueue::sync_lanes(const std::vector<std::pair<uint32_t, const Response*>>& wanted,
@@ -233,7 +231,7 @@ void TensorQueue::sync_lanes(const std::vector<std::pair<uint32_t, const Respons
     const std::string& name = cached->names.at(0);
     const uint64_t h = NameIndex::hash(name);
     if (find_lane_locked(name, h) >= 0)
-      throw InternalError("tensor queue: a lane for '" + name +
+      throw InternalError("tensor queue of rank " + std::to_string(rank) + ": a lane for '" + name +
                           "' is open at another position: please report this bug.");
     if (pos >= lanes_.size()) lanes_.resize(pos + 1);
     Lane& l = lanes_[pos];

@@ -179,6 +179,12 @@ class TensorQueue {
     TensorRef spare_in, spare_out;  // return_tensors()
     std::chrono::steady_clock::time_point submitted;
     bool busy() const { return state == State::kSubmitted || state == State::kPopped; }
+    // A submission (or a cached response) with these parameters is this lane's.
+    bool takes(DataType t, Device::Kind k, ReduceOp op, double pre, double post,
+               const std::vector<int64_t>& s) const {
+      return t == dtype && k == device_kind && op == reduce_op && pre == prescale &&
+             post == postscale && s == shape;
+    }
   };
   std::vector<Lane> lanes_;      // by cache position
   NameIndex lane_index_;         // the open lanes' names -> position
