@@ -149,9 +149,6 @@ void Executor::perform(const Response& r) {
 // The entries' names go to the spares, for the next submissions (runtime/spares.h); the batch's
 // vectors, emptied, are kept for the next batch.
 void Executor::recycle(const Response& r, Batch& b) {
-  // The lanes' tensor descriptions go back to their lanes, whose next submission hands them to the
-  // user thread that made them, to be freed there (TensorQueue::return_tensors).
-  if (!r.lanes.empty()) queue_.return_tensors(r.lanes, b.op.entries);
   spare_names_.clear();
   for (auto& e : b.op.entries) spare_names_.push_back(std::move(e.name));
   detail::Spares::give(&spare_names_, nullptr);

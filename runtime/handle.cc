@@ -136,27 +136,34 @@ void WakeSignal::waiting_for(uint64_t popped_by) {
   notify();
 }
 
-void HandleState::complete_one() {
-  std::lock_guard<std::mutex> lock(mu);
-  if (done) return;
-  if (--pending <= 0) {
-    done = true;
-    cv.notify_all();
-  }
+bool HandleState::claim() {
+  int expected = kRunning;
+  return phase.compare_exchange_strong(expected, kFinishing, std::memory_order_acq_rel);
 }
 
-void HandleState::expect_more(int n) {
-  std::lock_guard<std::mutex> lock(mu);
-  pending += n;
+void HandleState::publish() {
+  phase.store(kDone, std::memory_order_release);
+  phase.notify_all();  // no system call when no thread waits
 }
+
+void HandleState::wait_done() const {
+  for (int p = phase.load(std::memory_order_acquire); p != kDone;
+       p = phase.load(std::memory_order_acquire))
+    phase.wait(p, std::memory_order_acquire);
+}
+
+void HandleState::complete_one() {
+  if (pending.fetch_sub(1, std::memory_order_acq_rel) > 1) return;
+  if (claim()) publish();  // (a failure may have come first)
+}
+
+void HandleState::expect_more(int n) { pending.fetch_add(n, std::memory_order_relaxed); }
 
 void HandleState::fail(ErrorKind kind, const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu);
-  if (done) return;
+  if (!claim()) return;  // completed or failed already: the first outcome wins
   error_kind = kind;
   error = message;
-  done = true;
-  cv.notify_all();
+  publish();
 }
 
 void HandleState::set_join_result(int rank) {
@@ -197,28 +204,21 @@ detail::HandleState& state_of(const std::shared_ptr<detail::HandleState>& s) {
 }
 }  // namespace
 
-bool Handle::ready() const {
-  auto& s = state_of(state_);
-  std::lock_guard<std::mutex> lock(s.mu);
-  return s.done;
-}
+bool Handle::ready() const { return state_of(state_).done(); }
 
 void Handle::wait() {
   auto& s = state_of(state_);
-  std::unique_lock<std::mutex> lock(s.mu);
-  if (!s.done) {
+  if (!s.done()) {
     // This thread blocks: if its requests still wait in the queue, the fusion window need not
-    // (popped_by is set before the handle is returned; the signal's mutex is not taken under ours).
-    lock.unlock();
+    // (popped_by is set before the handle is returned).
     detail::WakeSignal& signal = detail::WakeSignal::get();
     signal.waiting_for(s.popped_by);
     // Polls before it blocks (HVD_WAIT_POLL_US, where cores are spare): an operation that completes
     // meanwhile costs no futex wake-up of this thread (10-30 us on this project's VMs).
     if (const int64_t poll = signal.poll_us.load(std::memory_order_relaxed); poll > 0)
-      poll_for(poll, [&] { return s.done.load(std::memory_order_acquire); });
-    lock.lock();
+      poll_for(poll, [&] { return s.done(); });
+    s.wait_done();
   }
-  s.cv.wait(lock, [&] { return s.done.load(); });
   if (s.error_kind != detail::ErrorKind::kNone) detail::throw_error(s.error_kind, s.error);
 }
 

@@ -1,7 +1,7 @@
 #pragma once
 
 // The shared state behind hvd::Handle. The background thread completes it (complete_one() once per
-// tensor of the operation, or fail()); user threads wait on it. All members are guarded by mu.
+// tensor of the operation, or fail()); user threads wait on it.
 
 #include <atomic>
 #include <condition_variable>
@@ -65,11 +65,20 @@ struct HandleState {
   void fail(ErrorKind kind, const std::string& message);
   void set_join_result(int rank);
 
-  std::mutex mu;
-  std::condition_variable cv;
-  int pending;
-  // Written under mu; atomic so that Handle::wait()'s poll may read it without the mutex.
-  std::atomic<bool> done{false};
+  // Complete (successfully or not): everything the background thread wrote before is visible.
+  bool done() const { return phase.load(std::memory_order_acquire) == kDone; }
+  // Blocks until done() (a futex wait on `phase`; no wake-up unless a thread waits).
+  void wait_done() const;
+
+  // Completion without a lock or a condition variable: the tensor that takes `pending` to 0 (or the
+  // first fail()) moves `phase` from kRunning to kFinishing, writes the outcome, then stores kDone
+  // (release) and wakes the waiters, if any. A handle's life on the hot path (one tensor, one wait)
+  // thus costs two atomic operations and no mutex (docs/benchmarks.md, "Handles without a lock").
+  static constexpr int kRunning = 0, kFinishing = 1, kDone = 2;
+  std::atomic<int> phase{kRunning};
+  std::atomic<int> pending;
+  std::mutex mu;  // join_result, and the accessors' reads of output and received_splits
+  // Written once, before `phase` becomes kDone; read after done().
   ErrorKind error_kind = ErrorKind::kNone;
   std::string error;
   Tensor output;                         // allgather / alltoall / reducescatter result
@@ -78,6 +87,10 @@ struct HandleState {
   // The WakeSignal::pops number that takes this operation's requests (0: none travel through the
   // queue's requests). Set before the handle reaches the user.
   uint64_t popped_by = 0;
+
+ private:
+  bool claim();    // kRunning -> kFinishing: this thread writes the outcome
+  void publish();  // -> kDone, and wake the waiters
 };
 
 // A new HandleState, its memory (with the shared_ptr's control block) taken from a process-wide

@@ -91,7 +91,7 @@ void Spares::take_name(std::string_view name, std::string* out) {
   out->assign(name);
 }
 
-void Spares::take_shape(const std::vector<int64_t>& shape, std::vector<int64_t>* out) {
+void Spares::take_shape(const Shape& shape, std::vector<int64_t>* out) {
   if (out->capacity() < shape.size()) take(&Stash::shapes, &Pool::shapes, out);
   out->assign(shape.begin(), shape.end());
 }

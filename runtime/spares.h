@@ -26,6 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include "hvd/tensor.h"
+
 namespace hvd::detail {
 
 class Spares {
@@ -38,7 +40,7 @@ class Spares {
   // Assigns `name` to *out, in a spare buffer when *out's own is too small and one is at hand.
   static void take_name(std::string_view name, std::string* out);
   // Assigns `shape` to *out, likewise.
-  static void take_shape(const std::vector<int64_t>& shape, std::vector<int64_t>* out);
+  static void take_shape(const Shape& shape, std::vector<int64_t>* out);
 
   // Moves the strings' and vectors' buffers (those worth keeping) into the calling thread's stash,
   // up to 2 * kRefill of each kind, and the rest into the pool: the elements are left moved-from

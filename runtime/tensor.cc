@@ -34,15 +34,21 @@ std::string device_name(const Device& device) {
   return device.kind == Device::kCPU ? "cpu" : "cuda:" + std::to_string(device.index);
 }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
+static std::string dims_string(const int64_t* dims, size_t n) {
   std::ostringstream s;
   s << "[";
-  for (size_t i = 0; i < shape.size(); ++i) s << (i ? "," : "") << shape[i];
+  for (size_t i = 0; i < n; ++i) s << (i ? "," : "") << dims[i];
   s << "]";
   return s.str();
 }
 
-static int64_t product(const std::vector<int64_t>& shape) {
+std::string shape_string(const std::vector<int64_t>& shape) {
+  return dims_string(shape.data(), shape.size());
+}
+std::string shape_string(const Shape& shape) { return dims_string(shape.data(), shape.size()); }
+
+template <class Dims>
+static int64_t product(const Dims& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;

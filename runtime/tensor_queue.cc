@@ -123,8 +123,6 @@ TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef
   handle->popped_by = detail::WakeSignal::get().pops.load() + 1;
   l.entry.input = std::move(in);
   l.entry.output = std::move(out);
-  in = std::move(l.spare_in);  // for the caller to free (return_tensors)
-  out = std::move(l.spare_out);
   l.entry.handle = handle;
   l.state = Lane::State::kSubmitted;
   ++busy_lanes_;
@@ -164,7 +162,7 @@ Request TensorQueue::lane_entry_locked(Lane& l, int rank) {
   r.prescale = l.prescale;
   r.postscale = l.postscale;
   r.name = l.name;
-  r.shape = l.shape;
+  r.shape = l.shape.vec();
   r.submitted = l.submitted;
   r.name_hash = l.hash;
   TensorTableEntry e = std::move(l.entry);  // (left empty: try_lane sets every field it reads)

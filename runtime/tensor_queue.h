@@ -104,21 +104,6 @@ class TensorQueue {
   void sync_lanes(const std::vector<std::pair<uint32_t, const Response*>>& wanted, int rank,
                   std::vector<std::pair<uint32_t, Request>>* popped);
   Request lane_to_request(uint32_t pos, int rank);
-  // After the op: the descriptions of the lanes' tensors (entries[i].input and .output for each
-  // lanes[i] != kNoLane) are kept by their lanes. The next submission to a lane takes them in
-  // exchange for its own, and the user thread frees them: the thread that allocated their shapes
-  // (a block freed by another thread costs malloc's slow path on both threads).
-  template <class Entries>
-  void return_tensors(const std::vector<uint32_t>& lanes, Entries& entries) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < lanes.size() && i < entries.size(); ++i) {
-      if (lanes[i] == kNoLane || lanes[i] >= lanes_.size()) continue;
-      Lane& l = lanes_[lanes[i]];
-      if (l.state == Lane::State::kClosed) continue;
-      l.spare_in = std::move(entries[i].input);
-      l.spare_out = std::move(entries[i].output);
-    }
-  }
   size_t open_lanes() const;  // tests
   // The name of the lane at `pos` ("" when none is open there): a fused response's member in a
   // lane has no name of its own (Response::lanes). Any thread.
@@ -174,14 +159,13 @@ class TensorQueue {
     Device::Kind device_kind = Device::kCPU;
     ReduceOp reduce_op = ReduceOp::kSum;
     double prescale = 1.0, postscale = 1.0;
-    std::vector<int64_t> shape;
-    TensorTableEntry entry;         // kSubmitted, kPopped: the tensors and handle (no name)
-    TensorRef spare_in, spare_out;  // return_tensors()
+    Shape shape;
+    TensorTableEntry entry;  // kSubmitted, kPopped: the tensors and handle (no name)
     std::chrono::steady_clock::time_point submitted;
     bool busy() const { return state == State::kSubmitted || state == State::kPopped; }
     // A submission (or a cached response) with these parameters is this lane's.
     bool takes(DataType t, Device::Kind k, ReduceOp op, double pre, double post,
-               const std::vector<int64_t>& s) const {
+               const Shape& s) const {
       return t == dtype && k == device_kind && op == reduce_op && pre == prescale &&
              post == postscale && s == shape;
     }

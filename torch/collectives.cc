@@ -93,7 +93,7 @@ std::string problem(const at::Tensor& t) {
 }
 
 TensorRef ref(const at::Tensor& t) {
-  std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+  Shape shape(t.sizes().data(), t.sizes().size());
   Device device = Device::cpu();
   void* stream = nullptr;
   if (t.is_cuda()) {

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -30,8 +31,65 @@ const char* dtype_name(DataType dtype);
 const char* reduce_op_name(ReduceOp op);
 // "cpu" or "cuda:N".
 std::string device_name(const Device& device);
+// A tensor's dimensions. Up to kInline of them live inside the object, so a TensorRef is copied,
+// passed by value and stored without a heap allocation (a trainer hands hvd one per gradient per
+// step); a shape with more dimensions keeps them on the heap. Reads like a const std::vector:
+// size(), empty(), data(), operator[], begin()/end(), front()/back(), == with a Shape or a vector,
+// and it converts to std::vector<int64_t>.
+class Shape {
+ public:
+  static constexpr std::size_t kInline = 6;
+  using value_type = int64_t;
+  using size_type = std::size_t;
+  using iterator = int64_t*;
+  using const_iterator = const int64_t*;
+
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims) { assign(dims.begin(), dims.size()); }
+  Shape(const std::vector<int64_t>& dims) { assign(dims.data(), dims.size()); }  // NOLINT: implicit
+  Shape(const int64_t* dims, std::size_t n) { assign(dims, n); }
+
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const int64_t* data() const { return size_ <= kInline ? inline_ : heap_.data(); }
+  int64_t* data() { return size_ <= kInline ? inline_ : heap_.data(); }
+  const int64_t* begin() const { return data(); }
+  const int64_t* end() const { return data() + size_; }
+  int64_t* begin() { return data(); }
+  int64_t* end() { return data() + size_; }
+  const int64_t& operator[](std::size_t i) const { return data()[i]; }
+  int64_t& operator[](std::size_t i) { return data()[i]; }
+  const int64_t& front() const { return data()[0]; }
+  const int64_t& back() const { return data()[size_ - 1]; }
+  std::vector<int64_t> vec() const { return std::vector<int64_t>(begin(), end()); }
+  operator std::vector<int64_t>() const { return vec(); }  // NOLINT: implicit
+
+  friend bool operator==(const Shape& a, const Shape& b) { return equal(a, b.data(), b.size()); }
+  friend bool operator==(const Shape& a, const std::vector<int64_t>& b) {
+    return equal(a, b.data(), b.size());
+  }
+
+ private:
+  void assign(const int64_t* dims, std::size_t n) {
+    size_ = n;
+    if (n <= kInline) {
+      if (n > 0) std::memcpy(inline_, dims, n * sizeof(int64_t));
+    } else {
+      heap_.assign(dims, dims + n);
+    }
+  }
+  static bool equal(const Shape& a, const int64_t* b, std::size_t n) {
+    return a.size_ == n && (n == 0 || std::memcmp(a.data(), b, n * sizeof(int64_t)) == 0);
+  }
+
+  int64_t inline_[kInline] = {};
+  std::vector<int64_t> heap_;  // only above kInline dimensions
+  std::size_t size_ = 0;
+};
+
 // "[128,64]".
 std::string shape_string(const std::vector<int64_t>& shape);
+std::string shape_string(const Shape& shape);
 
 // The DataType of an arithmetic C++ type (uint8_t, int8_t, int32_t, int64_t, float, double).
 // 16-bit floats have no standard C++ type here: use TensorRef with kFloat16/kBFloat16 and
@@ -62,20 +120,18 @@ constexpr DataType dtype_of() {
 class TensorRef {
  public:
   TensorRef() = default;
-  TensorRef(void* data, DataType dtype, std::vector<int64_t> shape, Device device = {},
-            void* stream = nullptr)
+  TensorRef(void* data, DataType dtype, Shape shape, Device device = {}, void* stream = nullptr)
       : data_(data), dtype_(dtype), shape_(std::move(shape)), device_(device), stream_(stream) {}
-  TensorRef(const void* data, DataType dtype, std::vector<int64_t> shape, Device device = {},
+  TensorRef(const void* data, DataType dtype, Shape shape, Device device = {},
             void* stream = nullptr)
       : TensorRef(const_cast<void*>(data), dtype, std::move(shape), device, stream) {}
   // No data: TensorRef(nullptr, dtype, {0}) (a null pointer is valid only without elements).
-  TensorRef(std::nullptr_t, DataType dtype, std::vector<int64_t> shape, Device device = {},
-            void* stream = nullptr)
+  TensorRef(std::nullptr_t, DataType dtype, Shape shape, Device device = {}, void* stream = nullptr)
       : TensorRef(static_cast<void*>(nullptr), dtype, std::move(shape), device, stream) {}
 
   void* data() const { return data_; }
   DataType dtype() const { return dtype_; }
-  const std::vector<int64_t>& shape() const { return shape_; }
+  const Shape& shape() const { return shape_; }
   Device device() const { return device_; }
   void* stream() const { return stream_; }
   int64_t num_elements() const;
@@ -86,7 +142,7 @@ class TensorRef {
  private:
   void* data_ = nullptr;
   DataType dtype_ = DataType::kFloat32;
-  std::vector<int64_t> shape_;
+  Shape shape_;
   Device device_;
   void* stream_ = nullptr;
 };

@@ -25,7 +25,7 @@ void MpiAllgather::execute(OpBatch& batch) {
     offset += bytes;
     total_rows += batch.first_dims[r];
   }
-  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{total_rows} : shape;
+  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{total_rows} : shape.vec();
   out_shape[0] = total_rows;
   *e.result = Tensor(batch.dtype, out_shape);
   const int me = ctx_.topology().rank;

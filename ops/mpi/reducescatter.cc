@@ -28,7 +28,7 @@ void MpiReducescatter::execute(OpBatch& batch) {
                                  " elements exceeds what one MPI call can move; split the tensor.");
     counts[r] = static_cast<int>(c);
   }
-  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{1} : shape;
+  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{1} : shape.vec();
   out_shape[0] = rows / size + (me < rows % size ? 1 : 0);
   *e.result = Tensor(batch.dtype, out_shape);
   const int64_t n = e.input.num_elements();

@@ -26,7 +26,7 @@ void NcclAllgather::execute(OpBatch& batch) {
     total_rows += batch.first_dims[r];
     equal = equal && batch.first_dims[r] == batch.first_dims[0];
   }
-  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{total_rows} : shape;
+  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{total_rows} : shape.vec();
   out_shape[0] = total_rows;
   *e.result = Tensor(batch.dtype, out_shape);
   if (total > 0) {

@@ -20,7 +20,7 @@ void NcclAlltoall::execute(OpBatch& batch) {
     total_rows += recv_rows[r];
     recv_total += recv_rows[r] * row;
   }
-  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{total_rows} : shape;
+  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{total_rows} : shape.vec();
   out_shape[0] = total_rows;
   *e.result = Tensor(batch.dtype, out_shape);
   const char* in = static_cast<const char*>(on_device(e.input, ctx_.cuda().scratch()));

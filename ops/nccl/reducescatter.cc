@@ -28,7 +28,7 @@ void NcclReducescatter::execute(OpBatch& batch) {
     off += counts[r];
     equal = equal && counts[r] == counts[0];
   }
-  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{1} : shape;
+  std::vector<int64_t> out_shape = shape.empty() ? std::vector<int64_t>{1} : shape.vec();
   out_shape[0] = rows / size + (me < rows % size ? 1 : 0);
   *e.result = Tensor(batch.dtype, out_shape);
   const int64_t n = e.input.num_elements();

@@ -132,7 +132,7 @@ class Rank {
           lane_members_ += lane ? 1 : 0;
           out.push_back({fused.type,
                          lane ? queue_.lane_name(fused.lanes[i]) : fused.names[i],
-                         lane ? taken[i]->input.shape() : fused.shapes[i],
+                         lane ? taken[i]->input.shape().vec() : fused.shapes[i],
                          fused.contributors,
                          fused.error,
                          fused.last_joined_rank,

@@ -166,10 +166,10 @@ TEST(GroupUnit, TheQueueExpandsAUnitIntoItsMembersSharingItsHandle) {
     EXPECT_EQ(m->input.shape(), members[i].shape()) << i;
     EXPECT_EQ(m->output.dtype(), members[i].dtype()) << i;
     EXPECT_EQ(m->handle, handle);
-    EXPECT_FALSE(handle->done) << "complete before member " << i;
+    EXPECT_FALSE(handle->done()) << "complete before member " << i;
     m->handle->complete_one();
   }
-  EXPECT_TRUE(handle->done);
+  EXPECT_TRUE(handle->done());
   EXPECT_TRUE(handle->error.empty());
   EXPECT_EQ(queue.expand_unit("gone", 0), "") << "an entry no longer there expands to nothing";
 }
@@ -189,13 +189,13 @@ TEST(GroupUnit, AMemberNameInFlightFailsTheUnitAndLeavesThatTensorAlone) {
             "grouped_allreduce of 'grads' failed: a tensor named 'grads.2' (the name of its member "
             "2) is already in flight on rank 1. Wait for that tensor's handle first, or give the "
             "group another name.");
-  EXPECT_TRUE(handle->done);
+  EXPECT_TRUE(handle->done());
   EXPECT_EQ(handle->error, error);
   EXPECT_EQ(queue.size(), 1u);
   auto left = queue.take("grads.2");
   ASSERT_TRUE(left.has_value());
   EXPECT_EQ(left->handle, mine_handle);
-  EXPECT_FALSE(mine_handle->done);
+  EXPECT_FALSE(mine_handle->done());
 }
 
 }  // namespace

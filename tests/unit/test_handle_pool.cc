@@ -6,6 +6,7 @@
 // checks run.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -45,8 +46,8 @@ TEST(HandlePool, AReusedBlockHoldsAFreshState) {
   if (handle_pool_enabled()) {
     EXPECT_EQ(s.get(), address);
   }
-  EXPECT_FALSE(s->done);
-  EXPECT_EQ(s->pending, 2);
+  EXPECT_FALSE(s->done());
+  EXPECT_EQ(s->pending.load(), 2);
   EXPECT_EQ(s->error_kind, ErrorKind::kNone);
   EXPECT_TRUE(s->error.empty());
   EXPECT_EQ(s->output.size_bytes(), 0u);
@@ -56,10 +57,10 @@ TEST(HandlePool, AReusedBlockHoldsAFreshState) {
   // It completes after its own count, as a new state does.
   Handle h(s);
   s->complete_one();
-  EXPECT_FALSE(s->done);
+  EXPECT_FALSE(s->done());
   s->complete_one();
   h.wait();
-  EXPECT_TRUE(s->done);
+  EXPECT_TRUE(s->done());
 }
 
 TEST(HandlePool, KeepsAtMostItsBound) {
@@ -108,6 +109,53 @@ TEST(HandlePool, StatesCrossThreads) {
     }
     completer.join();
   }
+}
+
+// Completion takes no lock (runtime/handle.h): the last complete_one() and a fail() that race on
+// one state settle on exactly one outcome, which every waiter sees, whether it blocked before the
+// race or arrived after it; a state with several tensors completes only after the last of them.
+TEST(HandleState, CompletionAndFailureRaceToOneOutcome) {
+  constexpr int kRounds = 500;
+  int failed = 0, completed = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    auto s = make_handle_state(2);
+    std::vector<std::thread> waiters;
+    std::atomic<int> threw{0}, returned{0};
+    for (int w = 0; w < 3; ++w)
+      waiters.emplace_back([&, s] {
+        try {
+          Handle(s).wait();
+          returned.fetch_add(1);
+        } catch (const CommunicationError& e) {
+          EXPECT_EQ(std::string(e.what()), "lost");
+          threw.fetch_add(1);
+        }
+      });
+    s->complete_one();
+    EXPECT_FALSE(s->done()) << "done after 1 of 2 tensors, round " << round;
+    std::thread failer([s] { s->fail(ErrorKind::kCommunication, "lost"); });
+    s->complete_one();
+    failer.join();
+    for (auto& t : waiters) t.join();
+    ASSERT_TRUE(s->done());
+    // Every waiter saw the same outcome, and a late one sees it too.
+    EXPECT_TRUE((threw == 3 && returned == 0) || (threw == 0 && returned == 3))
+        << "round " << round << ": " << threw << " threw, " << returned << " returned";
+    const bool error = s->error_kind != ErrorKind::kNone;
+    EXPECT_EQ(error, threw == 3) << round;
+    if (error) {
+      ++failed;
+      EXPECT_THROW(Handle(s).wait(), CommunicationError);
+    } else {
+      ++completed;
+      EXPECT_NO_THROW(Handle(s).wait());
+    }
+    // Completion after the outcome changes nothing.
+    s->complete_one();
+    s->fail(ErrorKind::kInternal, "later");
+    EXPECT_EQ(s->error_kind != ErrorKind::kNone, error);
+  }
+  EXPECT_EQ(failed + completed, kRounds);
 }
 
 }  // namespace

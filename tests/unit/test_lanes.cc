@@ -213,7 +213,7 @@ TEST(TensorQueueLanes, CloseFailsTheLanesSubmissions) {
             TensorQueue::LaneResult::kQueuedFirst);
   EXPECT_TRUE(queue.waiting().any);
   queue.close(detail::ErrorKind::kInvalidArgument, "closed for the test");
-  EXPECT_TRUE(h->done);
+  EXPECT_TRUE(h->done());
   EXPECT_NE(h->error.find("allreduce of 'w' did not complete: closed for the test"),
             std::string::npos)
       << h->error;
