@@ -659,7 +659,6 @@ int join() {
   Handle h =
       rt->enqueue_one(make_entry(RequestType::kJoin, name, {}, {}, state), std::move(req), state);
   h.wait();
-  std::lock_guard<std::mutex> lock(state->mu);
   return state->join_result;
 }
 

@@ -166,11 +166,6 @@ void HandleState::fail(ErrorKind kind, const std::string& message) {
   publish();
 }
 
-void HandleState::set_join_result(int rank) {
-  std::lock_guard<std::mutex> lock(mu);
-  join_result = rank;
-}
-
 std::pair<ErrorKind, std::string> classify(const std::exception& e) {
   if (dynamic_cast<const InvalidArgumentError*>(&e)) return {ErrorKind::kInvalidArgument, e.what()};
   if (dynamic_cast<const CommunicationError*>(&e)) return {ErrorKind::kCommunication, e.what()};
@@ -222,16 +217,10 @@ void Handle::wait() {
   if (s.error_kind != detail::ErrorKind::kNone) detail::throw_error(s.error_kind, s.error);
 }
 
-Tensor& Handle::output() {
-  auto& s = state_of(state_);
-  std::lock_guard<std::mutex> lock(s.mu);
-  return s.output;
-}
+Tensor& Handle::output() { return state_of(state_).output; }
 
 const std::vector<int64_t>& Handle::received_splits() const {
-  auto& s = state_of(state_);
-  std::lock_guard<std::mutex> lock(s.mu);
-  return s.received_splits;
+  return state_of(state_).received_splits;
 }
 
 }  // namespace hvd

@@ -63,7 +63,7 @@ struct HandleState {
   void expect_more(int n);
   // The operation failed: every waiter throws this message. The first failure wins.
   void fail(ErrorKind kind, const std::string& message);
-  void set_join_result(int rank);
+  void set_join_result(int rank) { join_result = rank; }  // before complete_one()
 
   // Complete (successfully or not): everything the background thread wrote before is visible.
   bool done() const { return phase.load(std::memory_order_acquire) == kDone; }
@@ -73,12 +73,12 @@ struct HandleState {
   // Completion without a lock or a condition variable: the tensor that takes `pending` to 0 (or the
   // first fail()) moves `phase` from kRunning to kFinishing, writes the outcome, then stores kDone
   // (release) and wakes the waiters, if any. A handle's life on the hot path (one tensor, one wait)
-  // thus costs two atomic operations and no mutex (docs/benchmarks.md, "Handles without a lock").
+  // thus costs two atomic operations and no mutex (docs/benchmarks.md, "Shapes inside the `TensorRef`, handles without a lock").
   static constexpr int kRunning = 0, kFinishing = 1, kDone = 2;
   std::atomic<int> phase{kRunning};
   std::atomic<int> pending;
-  std::mutex mu;  // join_result, and the accessors' reads of output and received_splits
-  // Written once, before `phase` becomes kDone; read after done().
+  // Written once, before `phase` becomes kDone (output and received_splits by the op, join_result
+  // by the executor); read after done(), whose acquire load makes them visible: no lock.
   ErrorKind error_kind = ErrorKind::kNone;
   std::string error;
   Tensor output;                         // allgather / alltoall / reducescatter result
