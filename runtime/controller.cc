@@ -1,6 +1,7 @@
 #include "runtime/controller.h"
 
 #include <algorithm>
+#include <bit>
 #include <set>
 
 #include "common/logging.h"
@@ -336,11 +337,16 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
   bool open = false;  // ready.back() may take more cached tensors
   int64_t bytes = 0;  // ready.back()'s bytes while open
   const int64_t threshold = options_.fusion_threshold_bytes;
+  // The hits not yet placed: a new response reserves room for all of them (one allocation per
+  // member vector, not one per doubling of a 1000-tensor response).
+  size_t left = 0;
+  for (size_t w = 0; w < cache_words_; ++w) left += std::popcount(bits[1 + w]);
   for (size_t w = 0; w < cache_words_; ++w) {
     uint64_t hits = bits[1 + w];
     while (hits) {
       uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(hits));
       hits &= hits - 1;
+      --left;
       const Response& cached = cache_.get(pos);
       const int64_t b = cache_.bytes(pos);
       // This rank's own request for the position (its bit is in the AND): its name and shape are
@@ -369,6 +375,8 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
         bytes += b;
       } else {
         ready.push_back(cached);
+        ready.back().names.reserve(ready.back().names.size() + left);
+        ready.back().shapes.reserve(ready.back().shapes.size() + left);
         ready.back().contributors = size_;
         if (lane) ready.back().lane_bytes = b;
         open = threshold > 0 || !cached.group.empty();
@@ -376,6 +384,7 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       }
       // Response::lanes: empty while no member is in a lane, else one position per name.
       if (Response& r = ready.back(); lane || !r.lanes.empty()) {
+        if (r.lanes.empty()) r.lanes.reserve(r.names.size() + left);
         r.lanes.resize(r.names.size(), kNoLane);
         if (lane) r.lanes.back() = pos;
       }

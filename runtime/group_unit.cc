@@ -13,7 +13,7 @@ namespace {
 // index differs from rank to rank, and the cached unit response is the same on every rank.)
 constexpr size_t kHead = 3;
 
-void append_member(DataType dtype, Device::Kind kind, const std::vector<int64_t>& shape,
+void append_member(DataType dtype, Device::Kind kind, const Shape& shape,
                    std::vector<int64_t>* out) {
   out->push_back(static_cast<int64_t>(dtype));
   out->push_back(static_cast<int64_t>(kind));

@@ -4,30 +4,16 @@
 // works, on the heap; and a Shape reads like the std::vector it replaced.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <utility>
 #include <vector>
 
 #include "hvd/tensor.h"
-
-namespace {
-std::atomic<long> g_allocations{0};
-}  // namespace
-
-void* operator new(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#include "tests/allocation_counter.h"
 
 namespace hvd {
 namespace {
 
-long allocations() { return g_allocations.load(std::memory_order_relaxed); }
+using hvdtest::allocations;
 
 TEST(Shape, ReadsLikeAVector) {
   const Shape s{3, 4, 5};
