@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/dtype.h"
 #include "hvd/error.h"
 #include "hvd/hvd.h"
 #include "runtime/group_unit.h"
@@ -90,7 +91,7 @@ void check_name(const std::string& name, const char* op) {
     throw InvalidArgumentError(std::string(op) + " of '" + shown(name) +
                                "' failed: the name has a NUL byte at offset " +
                                std::to_string(nul) + "; names may not contain NUL bytes.");
-  if (name.rfind(kReservedNamePrefix, 0) == 0)
+  if (name.starts_with(kReservedNamePrefix))
     throw InvalidArgumentError(std::string(op) + " of '" + shown(name) +
                                "' failed: names starting with '" + kReservedNamePrefix +
                                "' are reserved for hvd's own operations; choose another name.");
@@ -116,7 +117,7 @@ bool known_device(const Device& d) {
 // multiplies it out left to right, a row's bytes for allgather and alltoall, the total bytes.)
 int64_t byte_size(const TensorRef& t) {
   if (!known_dtype(t.dtype())) return -1;
-  int64_t bound = static_cast<int64_t>(dtype_size(t.dtype()));
+  int64_t bound = static_cast<int64_t>(dtypes::find(t.dtype())->size);
   bool empty = false;
   for (int64_t d : t.shape()) {
     if (d < 0) return -1;
@@ -163,24 +164,26 @@ struct Checks {
       return fail_size(
           role.str() + " is on " + device_name(t.device()) +
           ", which is not a device: pass Device::cpu() or Device::cuda(i) with i >= 0.");
-    for (int64_t d : t.shape())
-      if (d < 0)
-        return fail_size(role.str() + " has shape " + shape_string(t.shape()) +
-                         " with a negative dimension.");
     // Elements there are exactly when the size is above 0 (a zero dimension makes both 0).
     const int64_t bytes = byte_size(t);
-    if (bytes < 0)
+    if (bytes < 0) {
+      for (int64_t d : t.shape())
+        if (d < 0)
+          return fail_size(role.str() + " has shape " + shape_string(t.shape()) +
+                           " with a negative dimension.");
       return fail_size(
           role.str() + " has shape " + shape_string(t.shape()) + " of " + dtype_name(t.dtype()) +
           ": the product of its non-zero dimensions and the element size does not fit in 64 bits.");
+    }
     if (bytes > 0 && t.data() == nullptr)
       return fail_size(role.str() + " has " + std::to_string(t.num_elements()) +
                        " elements but a null data pointer.");
     // hvd's own element-wise code (scaling, averaging, fusion) reads elements through typed pointers.
-    if (bytes > 0 && reinterpret_cast<uintptr_t>(t.data()) % dtype_size(t.dtype()) != 0)
+    const std::size_t esize = dtypes::find(t.dtype())->size;
+    if (bytes > 0 && reinterpret_cast<uintptr_t>(t.data()) % esize != 0)
       return fail_size(role.str() + "'s data pointer is not a multiple of " +
-                       std::to_string(dtype_size(t.dtype())) + " bytes, the size of its " +
-                       dtype_name(t.dtype()) + " elements: pass aligned memory.");
+                       std::to_string(esize) + " bytes, the size of its " + dtype_name(t.dtype()) +
+                       " elements: pass aligned memory.");
     return bytes;
   }
   int64_t fail_size(std::string why) {
@@ -191,14 +194,16 @@ struct Checks {
   // A CUDA tensor must be on this rank's GPU (after output_matches(): an output is on its input's
   // device).
   void on_this_gpu(const TensorRef& t) {
+    if (t.device().kind == Device::kCPU) return;
     if (!failed()) fail(cluster::cuda_tensor_problem(rt.gpu_assignment(), t.device()));
   }
 
-  // An output of the input's dtype, size and device (after tensor() of both).
+  // An output of the input's dtype, size and device (after tensor() of both, which returned their
+  // sizes in bytes: of one dtype, the same bytes are the same number of elements).
   void output_matches(const TensorRef& in, const TensorRef& out, const Role& in_role,
-                      const Role& out_role) {
+                      const Role& out_role, int64_t in_bytes, int64_t out_bytes) {
     if (failed()) return;
-    if (out.num_elements() != in.num_elements() || out.dtype() != in.dtype())
+    if (out.dtype() != in.dtype() || out_bytes != in_bytes)
       return fail(
           out_role.str() + " (" + dtype_name(out.dtype()) + " " + shape_string(out.shape()) +
           ") does not match " + in_role.str() + " (" + dtype_name(in.dtype()) + " " +
@@ -455,7 +460,7 @@ Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, Red
   Checks c{*rt, {}};
   const int64_t in_bytes = c.tensor(in, "the input");
   const int64_t out_bytes = c.tensor(out, "the output");
-  c.output_matches(in, out, "the input", "the output");
+  c.output_matches(in, out, "the input", "the output", in_bytes, out_bytes);
   c.on_this_gpu(in);
   c.reduce_op(op);
   c.scales(prescale, postscale);
@@ -501,9 +506,9 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
   for (size_t i = 0; i < in.size(); ++i) {
     Checks c{*rt, group.error};
     const Role input("input", i), output("output", i);
-    c.tensor(in[i], input);
-    c.tensor(out[i], output);
-    c.output_matches(in[i], out[i], input, output);
+    const int64_t in_bytes = c.tensor(in[i], input);
+    const int64_t out_bytes = c.tensor(out[i], output);
+    c.output_matches(in[i], out[i], input, output, in_bytes, out_bytes);
     c.on_this_gpu(in[i]);
     member_errors[i] = std::move(c.error);
   }

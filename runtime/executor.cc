@@ -98,7 +98,9 @@ struct SpanEnd {
 // One collective's batch and what it borrows for the op's duration.
 struct Executor::Batch {
   ops::OpBatch op;
-  std::vector<TensorTableEntry> taken;            // this rank's tensors
+  // The handles of this rank's tensors (their names and tensors went into op.entries): all that
+  // completion needs, one pointer each rather than an entry moved and destroyed per tensor.
+  std::vector<std::shared_ptr<detail::HandleState>> handles;
   std::vector<std::vector<std::byte>> stand_ins;  // a joined rank's inputs (and outputs)
   Tensor discarded;                               // a joined rank's results go here
   std::string span;                               // the timeline's op span, "" without
@@ -128,7 +130,7 @@ void Executor::perform(const Response& r) {
   Batch b;
   // The last batch's vectors (emptied, their capacity kept): a job of one rank runs one batch per
   // tensor, and two vectors allocated for each cost more than the rest of the batch's bookkeeping.
-  b.taken.swap(taken_spare_);
+  b.handles.swap(handles_spare_);
   b.op.entries.swap(entries_spare_);
   b.op.type = collective_of(r);
   b.op.dtype = r.dtype;
@@ -143,18 +145,19 @@ void Executor::perform(const Response& r) {
   begin_spans(r, b);
   const SpanEnd span_end{timeline_, r, b.span};
   execute(r, b);
-  recycle(r, b);
+  recycle(b);
 }
 
 // The entries' names go to the spares, for the next submissions (runtime/spares.h); the batch's
 // vectors, emptied, are kept for the next batch.
-void Executor::recycle(const Response& r, Batch& b) {
+void Executor::recycle(Batch& b) {
   spare_names_.clear();
-  for (auto& e : b.op.entries) spare_names_.push_back(std::move(e.name));
+  for (auto& e : b.op.entries)  // (a lane's entry has no name: nothing to keep)
+    if (!e.name.empty()) spare_names_.push_back(std::move(e.name));
   detail::Spares::give(&spare_names_, nullptr);
-  b.taken.clear();  // (moved out already for a GPU batch, completed on the finalizer thread)
+  b.handles.clear();  // (moved out already for a GPU batch, completed on the finalizer thread)
   b.op.entries.clear();
-  taken_spare_.swap(b.taken);
+  handles_spare_.swap(b.handles);
   entries_spare_.swap(b.op.entries);
 }
 
@@ -185,7 +188,7 @@ void Executor::perform_unit(const Response& r) {
     size_t end = i + 1;
     while (end < n && same_run(i, end)) ++end;
     Batch b;
-    b.taken.swap(taken_spare_);
+    b.handles.swap(handles_spare_);
     b.op.entries.swap(entries_spare_);
     b.op.type = ops::CollectiveType::kAllreduce;
     b.op.dtype = in[i].dtype();
@@ -210,13 +213,11 @@ void Executor::perform_unit(const Response& r) {
       oe.result = &unit->handle->output;
       b.op.entries.push_back(std::move(oe));
     }
-    b.taken.emplace_back();
-    b.taken.back().name = r.group;
-    b.taken.back().handle = unit->handle;
+    b.handles.push_back(unit->handle);
     begin_spans(r, b);
     const SpanEnd span_end{timeline_, r, b.span};
     execute(r, b);
-    recycle(r, b);
+    recycle(b);
     i = end;
   }
 }
@@ -250,38 +251,41 @@ bool Executor::perform_control(const Response& r) {
 // This rank's entries of the batch, or (a rank that has joined) stand-ins that contribute the
 // identity (nothing, for allgather) and whose results are discarded.
 void Executor::take_entries(const Response& r, Batch& b) {
-  b.taken.reserve(r.names.size());
+  b.handles.reserve(r.names.size());
   b.op.entries.reserve(r.names.size());
-  queue_.take_all(r.names, r.lanes, &taken_);
-  for (size_t i = 0; i < r.names.size(); ++i) {
+  queue_.take_all(r.names, r.lanes, [&](size_t i, TensorTableEntry* e) {
     ops::OpEntry& oe = b.op.entries.emplace_back();
-    if (auto& e = taken_[i]) {
-      // The op takes the entry's name and tensors; the entry keeps its handle for completion. A
+    if (e) {
+      // The op takes the entry's name and tensors; the batch keeps its handle for completion. A
       // lane's entry has no name: an op names its entries only in error messages, the batch's
-      // first (the no-backend message) and, for a device batch, every one (the wrong-device check).
+      // first (the no-backend message) and, for a device batch, every one (the wrong-device
+      // check). (Under the queue's lock: name_of() asks the queue, so the name comes after.)
       oe.name = std::move(e->name);
-      if (oe.name.empty() && (i == 0 || e->input.device().kind != Device::kCPU))
-        oe.name = name_of(queue_, r, i);
       oe.input = std::move(e->input);
       oe.output = std::move(e->output);
       oe.splits = std::move(e->splits);
       oe.result = &e->handle->output;
       oe.received_splits = &e->handle->received_splits;
       b.op.device = oe.input.device();
-      b.taken.push_back(std::move(*e));
-    } else {
-      oe.name = r.names[i];
-      std::vector<int64_t> shape = r.shapes[i];
-      if (r.type == ResponseType::kAllgather && !shape.empty()) shape[0] = 0;
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      b.stand_ins.emplace_back(static_cast<size_t>(n) * dtype_size(r.dtype));
-      void* p = b.stand_ins.back().data();
-      hvd::fill_identity(r.dtype, r.reduce_op, p, static_cast<size_t>(n));
-      oe.input = TensorRef(p, r.dtype, shape);
-      oe.output = oe.input;
-      oe.result = &b.discarded;
+      b.handles.push_back(std::move(e->handle));
+      return;
     }
+    oe.name = r.names[i];
+    std::vector<int64_t> shape = r.shapes[i];
+    if (r.type == ResponseType::kAllgather && !shape.empty()) shape[0] = 0;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    b.stand_ins.emplace_back(static_cast<size_t>(n) * dtype_size(r.dtype));
+    void* p = b.stand_ins.back().data();
+    hvd::fill_identity(r.dtype, r.reduce_op, p, static_cast<size_t>(n));
+    oe.input = TensorRef(p, r.dtype, shape);
+    oe.output = oe.input;
+    oe.result = &b.discarded;
+  });
+  for (size_t i = 0; i < b.op.entries.size(); ++i) {
+    ops::OpEntry& oe = b.op.entries[i];
+    if (oe.name.empty() && (i == 0 || oe.input.device().kind != Device::kCPU))
+      oe.name = name_of(queue_, r, i);
   }
 }
 
@@ -315,7 +319,7 @@ void Executor::execute(const Response& r, Batch& b) {
     const std::string full = message.rfind(std::string(response_type_name(r.type)) + " of", 0) == 0
                                  ? message
                                  : what_of(queue_, r) + " failed: " + message;
-    for (auto& t : b.taken) t.handle->fail(kind, full);
+    for (auto& h : b.handles) h->fail(kind, full);
     if (kind == detail::ErrorKind::kCommunication) throw;
     return;
   }
@@ -325,16 +329,17 @@ void Executor::execute(const Response& r, Batch& b) {
     // Last to first: a user thread waits for its handles in the order it submitted them, so the
     // first one it waits on completes last, and it wakes once instead of once per handle it
     // reaches before this thread does.
-    for (auto t = b.taken.rbegin(); t != b.taken.rend(); ++t) t->handle->complete_one();
+    for (auto h = b.handles.rbegin(); h != b.handles.rend(); ++h) (*h)->complete_one();
     return;
   }
-  auto done = std::make_shared<std::vector<TensorTableEntry>>(std::move(b.taken));
+  auto done =
+      std::make_shared<std::vector<std::shared_ptr<detail::HandleState>>>(std::move(b.handles));
   gpu_.finish([done, what = what_of(queue_, r)](const std::string& error) {
-    for (auto& t : *done) {
+    for (auto& h : *done) {
       if (error.empty())
-        t.handle->complete_one();
+        h->complete_one();
       else
-        t.handle->fail(detail::ErrorKind::kCommunication, what + " failed: " + error);
+        h->fail(detail::ErrorKind::kCommunication, what + " failed: " + error);
     }
   });
 }

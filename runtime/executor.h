@@ -43,7 +43,7 @@ class Executor {
   struct Batch;
   bool perform_control(const Response& r);
   void perform_unit(const Response& r);
-  void recycle(const Response& r, Batch& b);
+  void recycle(Batch& b);
   void take_entries(const Response& r, Batch& b);
   void begin_spans(const Response& r, Batch& b);
   void execute(const Response& r, Batch& b);
@@ -54,10 +54,10 @@ class Executor {
   comm::Watchdog& watchdog_;
   Timeline* timeline_;
   std::string shutdown_reason_;
-  std::vector<std::optional<TensorTableEntry>> taken_;  // take_entries()' scratch, reused
-  std::vector<std::string> spare_names_;                // perform()'s scratch, reused
-  std::string member_;                                  // perform_unit()'s scratch, reused
-  std::vector<TensorTableEntry> taken_spare_;           // the last Batch's vectors, empty
+  std::vector<std::string> spare_names_;  // perform()'s scratch, reused
+  std::string member_;                    // perform_unit()'s scratch, reused
+  std::vector<std::shared_ptr<detail::HandleState>>
+      handles_spare_;  // the last Batch's vectors, empty
   std::vector<ops::OpEntry> entries_spare_;
   long batches_ = 0;         // data-plane batches run so far
   long stop_at_batch_ = -1;  // test hook HVD_TEST_STOP_IN_OP (executor.cc)

@@ -28,7 +28,9 @@ class BlockPool {
   BlockPool() { free_.reserve(kMaxBlocks); }
   void* get(std::size_t bytes) {
     if (bytes > kBlock) return ::operator new(bytes);
-    Local& local = this_thread();
+    Local* mine = this_thread();
+    if (!mine) return ::operator new(kBlock);  // the thread is exiting: no blocks of its own
+    Local& local = *mine;
     if (local.blocks.empty()) {
       std::lock_guard<std::mutex> lock(mu_);
       const std::size_t n = std::min(kBatch, free_.size());
@@ -46,13 +48,20 @@ class BlockPool {
       ::operator delete(p);
       return;
     }
-    Local& local = this_thread();
+    Local* mine = this_thread();
+    if (!mine) {  // the thread is exiting: straight to the shared list
+      std::vector<void*> one{p};
+      give_back(one, 1);
+      return;
+    }
+    Local& local = *mine;
     if (local.blocks.size() >= kLocal) give_back(local.blocks, kBatch);
     local.blocks.push_back(p);
   }
   std::size_t size() {
+    Local* mine = this_thread();
     std::lock_guard<std::mutex> lock(mu_);
-    return free_.size() + this_thread().blocks.size();
+    return free_.size() + (mine ? mine->blocks.size() : 0);
   }
 
  private:
@@ -73,18 +82,39 @@ class BlockPool {
     }
   }
   struct Local {
-    BlockPool* pool;
     std::vector<void*> blocks;
-    ~Local() { pool->give_back(blocks, blocks.size()); }
   };
-  Local& this_thread() {
-    thread_local Local local{this, {}};
-    return local;
+  // This thread's blocks, made on first use; null once the thread is exiting (a Handle dropped by
+  // another thread_local's destructor). The thread-local variables are a pointer and a flag, in
+  // the initial-exec model (runtime/spares.cc says why: the library's default model calls
+  // __tls_get_addr, and a thread_local object with a destructor adds a guard, on every access).
+  Local* this_thread() {
+    if (tls_local) return tls_local;
+    if (tls_local_gone) return nullptr;
+    static thread_local Owner owner{this};  // its destructor returns the blocks at thread exit
+    tls_local = new Local;
+    return tls_local;
   }
+  struct Owner {
+    BlockPool* pool;
+    ~Owner() {
+      Local* l = tls_local;
+      tls_local = nullptr;
+      tls_local_gone = true;
+      if (!l) return;
+      pool->give_back(l->blocks, l->blocks.size());
+      delete l;
+    }
+  };
+  static thread_local Local* tls_local __attribute__((tls_model("initial-exec")));
+  static thread_local bool tls_local_gone __attribute__((tls_model("initial-exec")));
 
   std::mutex mu_;
   std::vector<void*> free_;
 };
+
+thread_local BlockPool::Local* BlockPool::tls_local = nullptr;
+thread_local bool BlockPool::tls_local_gone = false;
 
 BlockPool& block_pool() {
   static BlockPool* pool = new BlockPool;

@@ -272,28 +272,29 @@ std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {
 
 void TensorQueue::take_all(const std::vector<std::string>& names,
                            const std::vector<uint32_t>& lanes,
-                           std::vector<std::optional<TensorTableEntry>>* out) {
-  out->resize(names.size());
+                           FunctionRef<void(size_t, TensorTableEntry*)> take) {
   std::lock_guard<std::mutex> lock(mu_);
   for (size_t i = 0; i < names.size(); ++i) {
     if (i < lanes.size() && lanes[i] != kNoLane) {
       const uint32_t pos = lanes[i];
       if (pos < lanes_.size() && lanes_[pos].state == Lane::State::kPopped) {
         Lane& l = lanes_[pos];
-        (*out)[i] = std::move(l.entry);  // (left empty: try_lane sets every field it reads)
+        take(i, &l.entry);  // (left as take() leaves it: try_lane sets every field it reads)
         l.state = Lane::State::kIdle;
         --busy_lanes_;
       } else {
-        (*out)[i].reset();  // closed (shutdown), which failed the handle
+        take(i, nullptr);  // closed (shutdown), which failed the handle
       }
       continue;
     }
     const uint64_t h = NameIndex::hash(names[i]);
     const int64_t at = find_locked(names[i], h);
-    if (at >= 0)
-      (*out)[i] = remove_locked(static_cast<uint32_t>(at), h);
-    else
-      (*out)[i].reset();
+    if (at >= 0) {
+      TensorTableEntry e = remove_locked(static_cast<uint32_t>(at), h);
+      take(i, &e);
+    } else {
+      take(i, nullptr);
+    }
   }
 }
 

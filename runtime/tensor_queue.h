@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/function_ref.h"
 #include "hvd/tensor.h"
 #include "runtime/handle.h"
 #include "runtime/message.h"
@@ -86,11 +87,14 @@ class TensorQueue {
   };
   Waiting waiting() const;
   std::optional<TensorTableEntry> take(const std::string& name);
-  // take() of every name, under one lock (a fused response's tensors): (*out)[i] is names[i]'s
-  // entry. *out is the caller's, reused from batch to batch (no allocation once it is large enough).
-  // `lanes`: empty, or per name the position of the lane that holds it (popped) or kNoLane.
+  // take() of every name, under one lock (a fused response's tensors): calls take(i, entry) for
+  // each names[i] in order, with its entry, or nullptr when there is none (the queue was closed).
+  // `take` moves out what it keeps; the entry is dropped after the call (a lane's stays in the
+  // lane, emptied: no entry is moved or destroyed per tensor on the way). It runs under the
+  // queue's lock: it must not call the queue. `lanes`: empty, or per name the position of the
+  // lane that holds it (popped) or kNoLane.
   void take_all(const std::vector<std::string>& names, const std::vector<uint32_t>& lanes,
-                std::vector<std::optional<TensorTableEntry>>* out);
+                FunctionRef<void(size_t, TensorTableEntry*)> take);
 
   // Lanes, for the controller (background thread). close_lane: the position's lane is closed; a
   // submission in it becomes an entry with a request, which joins the queue's requests when it

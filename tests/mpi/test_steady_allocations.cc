@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sanitizers.h"
 #include "hvd/hvd.h"
 #include "tests/allocation_counter.h"
 #include "tests/mpi/test_collectives_util.h"
@@ -94,6 +95,9 @@ hvd::TensorRef ref(std::vector<float>& v) {
 }
 
 TEST_F(SteadyAllocations, OneAllreduceAsyncPerTensor) {
+  if (hvd::kAddressSanitizer)
+    GTEST_SKIP()
+        << "under AddressSanitizer every handle is allocated on its own (runtime/handle.cc)";
   std::vector<hvd::TensorRef> ins, outs;
   for (int k = 0; k < kTensors; ++k) {
     ins.push_back(ref(ins_[k]));

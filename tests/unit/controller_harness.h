@@ -122,8 +122,10 @@ class Rank {
     for (const auto& fused : responses) {
       if (!fused.lanes.empty()) {
         // Members in lanes have neither name nor shape: the lane and its tensors have them.
-        std::vector<std::optional<TensorTableEntry>> taken;
-        queue_.take_all(fused.names, fused.lanes, &taken);
+        std::vector<std::optional<TensorTableEntry>> taken(fused.names.size());
+        queue_.take_all(fused.names, fused.lanes, [&](size_t i, TensorTableEntry* e) {
+          if (e) taken[i] = std::move(*e);
+        });
         for (size_t i = 0; i < fused.names.size(); ++i) {
           const bool lane = fused.lanes[i] != kNoLane;
           if (lane && !taken[i])

@@ -111,6 +111,30 @@ TEST(HandlePool, StatesCrossThreads) {
   }
 }
 
+// A Handle may be dropped while its thread exits, by another thread_local's destructor that runs
+// after the pool's own per-thread part is gone (destructors run in the reverse order of
+// construction): the block goes straight to the shared list, where this thread finds it.
+TEST(HandlePool, AStateDroppedWhileItsThreadExitsGoesToTheSharedList) {
+  if (!handle_pool_enabled()) GTEST_SKIP() << "the pool is bypassed under AddressSanitizer";
+  struct Holder {
+    std::shared_ptr<HandleState> state;
+  };
+  // Empty the shared list and this thread's own blocks into states held here, so that the
+  // worker's first state is a fresh block and the shared list's count is known.
+  std::vector<std::shared_ptr<HandleState>> hold;
+  while (handle_pool_size() > 0) hold.push_back(make_handle_state(1));
+  std::thread([] {
+    thread_local Holder holder;  // constructed first: destroyed after the pool's part
+    holder.state = make_handle_state(1);
+    holder.state->complete_one();
+  }).join();
+  EXPECT_EQ(handle_pool_size(), 1u) << "the exiting thread's block was not given back";
+  std::shared_ptr<HandleState> again = make_handle_state(2);
+  EXPECT_FALSE(again->done());
+  EXPECT_EQ(again->pending.load(), 2);
+  EXPECT_EQ(handle_pool_size(), 0u);
+}
+
 // Completion takes no lock (runtime/handle.h): the last complete_one() and a fail() that race on
 // one state settle on exactly one outcome, which every waiter sees, whether it blocked before the
 // race or arrived after it; a state with several tensors completes only after the last of them.
