@@ -48,11 +48,28 @@ class Shape {
   Shape(std::initializer_list<int64_t> dims) { assign(dims.begin(), dims.size()); }
   Shape(const std::vector<int64_t>& dims) { assign(dims.data(), dims.size()); }  // NOLINT: implicit
   Shape(const int64_t* dims, std::size_t n) { assign(dims, n); }
+  Shape(const Shape& o) { copy(o); }
+  Shape(Shape&& o) noexcept { take(o); }
+  Shape& operator=(const Shape& o) {
+    if (this != &o) {
+      release();
+      copy(o);
+    }
+    return *this;
+  }
+  Shape& operator=(Shape&& o) noexcept {
+    if (this != &o) {
+      release();
+      take(o);
+    }
+    return *this;
+  }
+  ~Shape() { release(); }
 
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  const int64_t* data() const { return size_ <= kInline ? inline_ : heap_.data(); }
-  int64_t* data() { return size_ <= kInline ? inline_ : heap_.data(); }
+  const int64_t* data() const { return size_ <= kInline ? inline_ : heap_; }
+  int64_t* data() { return size_ <= kInline ? inline_ : heap_; }
   const int64_t* begin() const { return data(); }
   const int64_t* end() const { return data() + size_; }
   int64_t* begin() { return data(); }
@@ -70,20 +87,41 @@ class Shape {
   }
 
  private:
+  // Into an empty (or released) shape.
   void assign(const int64_t* dims, std::size_t n) {
-    size_ = n;
     if (n <= kInline) {
       if (n > 0) std::memcpy(inline_, dims, n * sizeof(int64_t));
     } else {
-      heap_.assign(dims, dims + n);
+      heap_ = new int64_t[n];
+      std::memcpy(heap_, dims, n * sizeof(int64_t));
     }
+    size_ = n;
+  }
+  // Into an empty (or released) shape: inline dimensions as one fixed-size copy.
+  void copy(const Shape& o) {
+    if (o.size_ > kInline) return assign(o.heap_, o.size_);
+    std::memcpy(inline_, o.inline_, sizeof inline_);
+    size_ = o.size_;
+  }
+  // Moves o's dimensions (a fixed-size copy of the inline array, or its heap pointer) and leaves o
+  // empty.
+  void take(Shape& o) noexcept {
+    std::memcpy(inline_, o.inline_, sizeof inline_);
+    size_ = o.size_;
+    o.size_ = 0;
+  }
+  void release() noexcept {
+    if (size_ > kInline) delete[] heap_;
+    size_ = 0;
   }
   static bool equal(const Shape& a, const int64_t* b, std::size_t n) {
     return a.size_ == n && (n == 0 || std::memcmp(a.data(), b, n * sizeof(int64_t)) == 0);
   }
 
-  int64_t inline_[kInline] = {};
-  std::vector<int64_t> heap_;  // only above kInline dimensions
+  union {
+    int64_t inline_[kInline] = {};  // up to kInline dimensions
+    int64_t* heap_;                 // more: new[]'d, size_ of them
+  };
   std::size_t size_ = 0;
 };
 

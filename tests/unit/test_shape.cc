@@ -86,5 +86,38 @@ TEST(Shape, MoreDimensionsThanInlineLiveOnTheHeap) {
   EXPECT_EQ(u.num_elements(), 24);
 }
 
+// The inline array and the heap pointer share their storage, so every assignment between the two
+// kinds must free, copy or steal the right one (ASan's run of this test shows a leak, a double
+// free or a read of freed memory; valgrind too).
+TEST(Shape, AssignmentsBetweenInlineAndHeapShapes) {
+  const Shape small{2, 3};
+  const Shape big{1, 2, 3, 4, 5, 6, 7};  // 7 > kInline
+  Shape x = big;
+  x = small;  // heap -> inline: frees
+  EXPECT_EQ(x, small);
+  x = big;  // inline -> heap: allocates its own copy
+  EXPECT_EQ(x, big);
+  EXPECT_NE(x.data(), big.data());
+  Shape y = small;
+  y = std::move(x);  // steals the heap dimensions; x is left empty
+  EXPECT_EQ(y, big);
+  EXPECT_TRUE(x.empty());  // NOLINT(bugprone-use-after-move): the moved-from state is specified
+  x = std::move(y);
+  y = std::move(x);
+  EXPECT_EQ(y, big);
+  Shape& alias = y;
+  y = alias;  // self-assignment keeps the dimensions
+  EXPECT_EQ(y, big);
+  y = std::move(alias);
+  EXPECT_EQ(y, big);
+  Shape z = small;
+  z = Shape{};  // to empty
+  EXPECT_TRUE(z.empty());
+  EXPECT_EQ(z, std::vector<int64_t>{});
+  std::vector<Shape> many(100, big);  // copies, then moves as the vector grows
+  for (int i = 0; i < 100; ++i) many.push_back(i % 2 ? big : small);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(many[i], i < 100 || i % 2 ? big : small) << i;
+}
+
 }  // namespace
 }  // namespace hvd
