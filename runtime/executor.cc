@@ -282,11 +282,10 @@ void Executor::take_entries(const Response& r, Batch& b) {
     oe.output = oe.input;
     oe.result = &b.discarded;
   });
-  for (size_t i = 0; i < b.op.entries.size(); ++i) {
-    ops::OpEntry& oe = b.op.entries[i];
-    if (oe.name.empty() && (i == 0 || oe.input.device().kind != Device::kCPU))
-      oe.name = name_of(queue_, r, i);
-  }
+  // The names lanes left out that an op may need: the first entry's, every one of a device batch.
+  const size_t named = b.op.device.kind == Device::kCPU ? 1 : b.op.entries.size();
+  for (size_t i = 0; i < named && i < b.op.entries.size(); ++i)
+    if (b.op.entries[i].name.empty()) b.op.entries[i].name = name_of(queue_, r, i);
 }
 
 // The timeline's op span (the op's name in capitals, MPI_ALLREDUCE) and the nested activities.

@@ -56,8 +56,8 @@ class Executor {
   std::string shutdown_reason_;
   std::vector<std::string> spare_names_;  // perform()'s scratch, reused
   std::string member_;                    // perform_unit()'s scratch, reused
-  std::vector<std::shared_ptr<detail::HandleState>>
-      handles_spare_;  // the last Batch's vectors, empty
+  // The last Batch's vectors, emptied, their capacity kept.
+  std::vector<std::shared_ptr<detail::HandleState>> handles_spare_;
   std::vector<ops::OpEntry> entries_spare_;
   long batches_ = 0;         // data-plane batches run so far
   long stop_at_batch_ = -1;  // test hook HVD_TEST_STOP_IN_OP (executor.cc)

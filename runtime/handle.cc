@@ -50,8 +50,10 @@ class BlockPool {
     }
     Local* mine = this_thread();
     if (!mine) {  // the thread is exiting: straight to the shared list
-      std::vector<void*> one{p};
-      give_back(one, 1);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (free_.size() < kMaxBlocks) return free_.push_back(p);
+      lock.unlock();
+      ::operator delete(p);
       return;
     }
     Local& local = *mine;
