@@ -8,8 +8,10 @@
 // same `fused` argument. HVD_TIMELINE_MARK_CYCLES adds an instant event per background cycle.
 //
 // Off the hot path: callers format an event and push it on a queue; a writer thread does the
-// file I/O. The file is a valid JSON array once close() ran (shutdown, or the runtime's
-// destructor when the job ends by error).
+// file I/O, every kWritePeriod or once kWakeAt events wait (not woken per event: that took a core
+// from the threads being recorded). The file is a valid JSON array once close() ran (shutdown, or
+// the runtime's destructor when the job ends by error); a process killed outright loses at most
+// the last kWritePeriod of events.
 //
 // Thread safety: every method may be called from any thread.
 
@@ -40,7 +42,11 @@ class Timeline {
   void close();
 
  private:
+  static constexpr size_t kWakeAt = 4096;  // events waiting that wake the writer early
+  static constexpr std::chrono::milliseconds kWritePeriod{100};
+
   void push(std::string event);
+  void wake_writer_locked();              // under mu_, after an event was queued
   int row_of(const std::string& tensor);  // under mu_
   int64_t now_us() const;
   void writer();
