@@ -456,7 +456,10 @@ bool is_homogeneous() { return get("is_homogeneous()")->topology().homogeneous; 
 Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, ReduceOp op,
                        double prescale, double postscale) {
   auto rt = get("allreduce_async()");
-  check_name(name, "allreduce");
+  // The name is checked below, unless a lane takes the tensor: a lane's name is a name that passed
+  // check_name() when it was first negotiated, so an equal name is valid (the reserved prefix, which
+  // hvd's own operations use, never goes to a lane). An invalid name finds no lane, and then fails
+  // exactly as before: the tensor checks only collect their errors, and check_name() throws first.
   Checks c{*rt, {}};
   const int64_t in_bytes = c.tensor(in, "the input");
   const int64_t out_bytes = c.tensor(out, "the output");
@@ -466,13 +469,14 @@ Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, Red
   c.scales(prescale, postscale);
   c.no_overlap_pair(in, out, in_bytes, out_bytes);
   std::shared_ptr<detail::HandleState> state;
-  if (c.error.empty()) {
+  if (c.error.empty() && !name.starts_with(kReservedNamePrefix)) {
     // A tensor whose response is cached (every step's gradients from the second on) goes into
     // its lane, with no request and no entry (runtime/tensor_queue.h, "Lanes").
     state = detail::make_handle_state(1);
     if (rt->enqueue_lane(name, in, out, op, prescale, postscale, state))
       return Handle(std::move(state));
   }
+  check_name(name, "allreduce");
   Request req = make_request(*rt, RequestType::kAllreduce, name, in, std::move(c.error));
   req.reduce_op = op;
   req.prescale = prescale;

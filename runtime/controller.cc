@@ -34,6 +34,9 @@ Controller::Controller(std::unique_ptr<comm::ControlChannel> channel,
       queue_(queue),
       cache_(options.cache_capacity),
       cache_words_((options.cache_capacity + 63) / 64),
+      // At most 10^9 s (no stall inspector: 10^18 s), which fits the clock's 64-bit nanoseconds.
+      patience_(
+          static_cast<int64_t>(std::clamp(options.fast_path_patience_seconds, 0.0, 1e9) * 1e9)),
       coordinator_(size_) {}
 
 // `looked`: r's lookup, done while the cache could serve this rank (none: kMiss).
@@ -128,9 +131,7 @@ void Controller::take_requests() {
   // stall inspector sees them.
   std::vector<uint32_t> late;
   for_each_pending([&](uint32_t pos) {
-    if (std::chrono::duration<double>(now - pending_[pos].since).count() >
-        options_.fast_path_patience_seconds)
-      late.push_back(pos);
+    if (now - pending_[pos].since > patience_) late.push_back(pos);
   });
   for (uint32_t pos : late) {
     invalid_positions_.push_back(pos);

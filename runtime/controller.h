@@ -132,6 +132,7 @@ class Controller {
   TensorQueue& queue_;
   ResponseCache cache_;
   size_t cache_words_;
+  std::chrono::nanoseconds patience_;  // options_.fast_path_patience_seconds, for the pending hits
 
   bool joined_ = false;
   struct PendingHit {

@@ -112,10 +112,10 @@ TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef
                                               int rank) {
   std::lock_guard<std::mutex> lock(mu_);
   if (lane_index_.size() == 0) return LaneResult::kNoLane;
-  if (closed_) detail::throw_error(close_kind_, close_message_);
   const uint64_t h = NameIndex::hash(name);
   const int64_t at = find_lane_locked(name, h);
-  if (at < 0) return LaneResult::kNoLane;
+  if (at < 0) return LaneResult::kNoLane;  // (an invalid name among them: the caller checks it)
+  if (closed_) detail::throw_error(close_kind_, close_message_);
   Lane& l = lanes_[at];
   if (l.busy() || find_locked(name, h) >= 0) throw_in_flight(RequestType::kAllreduce, name, rank);
   if (!l.takes(in.dtype(), in.device().kind, op, prescale, postscale, in.shape()))

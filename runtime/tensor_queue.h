@@ -70,8 +70,9 @@ class TensorQueue {
   // The lane path of allreduce_async (see the top of this file): when an open lane has this name
   // and these parameters, moves the tensors and the handle into it and returns kQueued, or
   // kQueuedFirst when nothing else was waiting since the last pop (the caller wakes the background
-  // thread); otherwise kNoLane, with nothing done (the caller goes the ordinary way). Throws as
-  // add() does: a name in flight, the closing error.
+  // thread); otherwise kNoLane, with nothing done (the caller goes the ordinary way, which checks
+  // the name: an invalid one has no lane). For a name with a lane, throws as add() does: a name in
+  // flight, the closing error.
   enum class LaneResult { kNoLane, kQueued, kQueuedFirst };
   LaneResult try_lane(const std::string& name, TensorRef& in, TensorRef& out, ReduceOp op,
                       double prescale, double postscale,

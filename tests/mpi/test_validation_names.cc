@@ -5,6 +5,7 @@
 // empty group with outputs, an empty handle. (Bad tensors and parameters: test_validation.cc.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <functional>
@@ -121,6 +122,45 @@ TEST_F(Validation, ReservedName) {
   // barrier() and join() still work.
   Watchdog w("v.barrier_after_reserved");
   hvd::barrier();
+}
+
+// allreduce_async checks a name in full only when no lane takes the tensor (a lane's name passed
+// the checks when it was first negotiated): with lanes open for "v.lane.*", bad names, one of them
+// a lane's name followed by a NUL byte, still throw their own error at once, and the name's error
+// still comes before a bad tensor's.
+TEST_F(Validation, BadNamesWhileLanesAreOpen) {
+  std::vector<std::vector<float>> grads(4, std::vector<float>(8, 1.0f));
+  auto step = [&] {
+    std::vector<hvd::Handle> hs;
+    for (size_t i = 0; i < grads.size(); ++i)
+      hs.push_back(hvd::allreduce_async(std::span<float>(grads[i]), "v.lane." + std::to_string(i),
+                                        ReduceOp::kSum));
+    for (auto& h : hs) h.wait();
+  };
+  Watchdog w("v.lanes", 60);
+  for (int s = 0; s < 3; ++s) step();  // negotiated, cached, then served by the lanes
+  std::vector<float> v(8, 1.0f);
+  TensorRef t(v.data(), DataType::kFloat32, {8});
+  const std::string nul_after_lane("v.lane.0\0x", 10);
+  expect_at_once(
+      "lane name + NUL", [&] { hvd::allreduce_async(t, t, nul_after_lane); },
+      "allreduce of 'v.lane.0\\0x' failed: the name has a NUL byte at offset 8; names may not "
+      "contain NUL bytes.");
+  expect_at_once(
+      "empty name", [&] { hvd::allreduce_async(t, t, ""); },
+      "allreduce needs a tensor name: every rank must pass the same non-empty name.");
+  expect_at_once(
+      "reserved name", [&] { hvd::allreduce_async(t, t, "__hvd.v.lane.0"); },
+      "allreduce of '__hvd.v.lane.0' failed: names starting with '__hvd.' are reserved for hvd's "
+      "own operations; choose another name.");
+  TensorRef null_data(nullptr, DataType::kFloat32, {8});
+  expect_at_once(
+      "bad name and bad tensor", [&] { hvd::allreduce_async(null_data, null_data, ""); },
+      "allreduce needs a tensor name: every rank must pass the same non-empty name.");
+  // The lanes still serve their tensors.
+  for (auto& g : grads) std::fill(g.begin(), g.end(), 1.0f);
+  step();
+  for (const auto& g : grads) EXPECT_EQ(g[7], static_cast<float>(size_));
 }
 
 TEST_F(Validation, NameAlreadyInFlight) {
