@@ -9,6 +9,7 @@
 // name already in flight on this rank throw at once (the first operation with that name is
 // unaffected and completes everywhere). Every check is in the "Argument checks" section below.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -16,6 +17,7 @@
 #include <mutex>
 #include <sstream>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -32,9 +34,13 @@ namespace hvd {
 namespace {
 
 struct Instance {
-  std::mutex mu;
+  std::mutex mu;  // init(), shutdown(), and the owner below
   std::shared_ptr<Runtime> runtime;
   bool was_shut_down = false;
+  // The running runtime for the calls (Using), published by init() and withdrawn by shutdown(),
+  // and how many calls are using it now: shutdown() tears the runtime down only once none is.
+  std::atomic<Runtime*> live{nullptr};
+  std::atomic<int64_t> users{0};
 };
 
 Instance& instance() {
@@ -54,6 +60,35 @@ std::shared_ptr<Runtime> get(const char* what) {
   }
   return inst.runtime;
 }
+
+// A public call's use of the runtime, for as long as the call submits (not while it waits on a
+// handle): shutdown() on another thread waits until no call uses the runtime before it frees the
+// communicators. (A call that had taken a reference before shutdown() could use them after: a
+// one-rank job's inline all-reduce ran on a freed communicator and crashed the process;
+// Lifecycle.ShutdownWhileThreadsSubmit.) Two atomic operations on one counter, where a mutex and a
+// shared_ptr copy took four. Throws as get() does when hvd is not running.
+class Using {
+ public:
+  explicit Using(const char* what) {
+    Instance& inst = instance();
+    // Sequentially consistent on both sides: either this call sees the runtime withdrawn, or
+    // shutdown() sees this call's count and waits for it.
+    inst.users.fetch_add(1);
+    while ((rt_ = inst.live.load()) == nullptr) {
+      inst.users.fetch_sub(1);
+      (void)get(what);          // throws: before init() or after shutdown()
+      inst.users.fetch_add(1);  // init() ran meanwhile: look again
+    }
+  }
+  ~Using() { instance().users.fetch_sub(1, std::memory_order_release); }
+  Using(const Using&) = delete;
+  Using& operator=(const Using&) = delete;
+  Runtime& operator*() const { return *rt_; }
+  Runtime* operator->() const { return rt_; }
+
+ private:
+  Runtime* rt_ = nullptr;
+};
 
 // ---- Argument checks ---------------------------------------------------------------------------
 // Every public entry point checks its arguments here, in one place and one order: the name first
@@ -423,6 +458,7 @@ void init() {
   if (inst.runtime) return;
   Config config = load_config(process_env_lookup());
   inst.runtime = std::make_shared<Runtime>(config, current_peer_loss_handler);
+  inst.live.store(inst.runtime.get());
   inst.was_shut_down = false;
   if (config.terminate_handler) detail::install_terminate_handler(inst.runtime->topology().rank);
 }
@@ -434,8 +470,12 @@ void shutdown() {
     std::lock_guard<std::mutex> lock(inst.mu);
     if (!inst.runtime) return;
     rt = std::move(inst.runtime);
+    inst.live.store(nullptr);
     inst.was_shut_down = true;
   }
+  // Calls that took the runtime before it was withdrawn finish their submission first (no call
+  // blocks while it uses it: waits on handles come after).
+  while (inst.users.load() != 0) std::this_thread::yield();
   rt->shutdown();
 }
 
@@ -445,17 +485,17 @@ bool initialized() {
   return inst.runtime != nullptr;
 }
 
-int rank() { return get("rank()")->topology().rank; }
-int size() { return get("size()")->topology().size; }
-int local_rank() { return get("local_rank()")->topology().local_rank; }
-int local_size() { return get("local_size()")->topology().local_size; }
-int cross_rank() { return get("cross_rank()")->topology().cross_rank; }
-int cross_size() { return get("cross_size()")->topology().cross_size; }
-bool is_homogeneous() { return get("is_homogeneous()")->topology().homogeneous; }
+int rank() { return Using("rank()")->topology().rank; }
+int size() { return Using("size()")->topology().size; }
+int local_rank() { return Using("local_rank()")->topology().local_rank; }
+int local_size() { return Using("local_size()")->topology().local_size; }
+int cross_rank() { return Using("cross_rank()")->topology().cross_rank; }
+int cross_size() { return Using("cross_size()")->topology().cross_size; }
+bool is_homogeneous() { return Using("is_homogeneous()")->topology().homogeneous; }
 
 Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, ReduceOp op,
                        double prescale, double postscale) {
-  auto rt = get("allreduce_async()");
+  Using rt("allreduce_async()");
   // The name is checked below, unless a lane takes the tensor: a lane's name is a name that passed
   // check_name() when it was first negotiated, so an equal name is valid (the reserved prefix, which
   // hvd's own operations use, never goes to a lane). An invalid name finds no lane, and then fails
@@ -487,7 +527,7 @@ Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, Red
 
 Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef> out,
                                const std::string& name, ReduceOp op) {
-  auto rt = get("grouped_allreduce_async()");
+  Using rt("grouped_allreduce_async()");
   check_name(name, "grouped_allreduce");
   const std::string count_error = std::to_string(in.size()) + " inputs but " +
                                   std::to_string(out.size()) +
@@ -552,7 +592,7 @@ Handle grouped_allreduce_async(std::vector<TensorRef> in, std::vector<TensorRef>
 }
 
 Handle allgather_async(TensorRef in, const std::string& name) {
-  auto rt = get("allgather_async()");
+  Using rt("allgather_async()");
   check_name(name, "allgather");
   Checks c{*rt, {}};
   c.tensor(in, "the input");
@@ -563,7 +603,7 @@ Handle allgather_async(TensorRef in, const std::string& name) {
 }
 
 Handle broadcast_async(TensorRef inout, int root, const std::string& name) {
-  auto rt = get("broadcast_async()");
+  Using rt("broadcast_async()");
   check_name(name, "broadcast");
   Checks c{*rt, {}};
   c.tensor(inout, "the tensor");
@@ -575,7 +615,7 @@ Handle broadcast_async(TensorRef inout, int root, const std::string& name) {
 }
 
 Handle alltoall_async(TensorRef in, std::vector<int64_t> splits, const std::string& name) {
-  auto rt = get("alltoall_async()");
+  Using rt("alltoall_async()");
   check_name(name, "alltoall");
   Checks c{*rt, {}};
   c.tensor(in, "the input");
@@ -587,7 +627,7 @@ Handle alltoall_async(TensorRef in, std::vector<int64_t> splits, const std::stri
 }
 
 Handle reducescatter_async(TensorRef in, const std::string& name, ReduceOp op) {
-  auto rt = get("reducescatter_async()");
+  Using rt("reducescatter_async()");
   check_name(name, "reducescatter");
   Checks c{*rt, {}};
   c.tensor(in, "the input");
@@ -646,27 +686,35 @@ Tensor reducescatter(TensorRef in, const std::string& name, ReduceOp op) {
 }
 
 void barrier() {
-  auto rt = get("barrier()");
+  // The reference keeps the runtime's barrier mutex alive while this thread waits (a shutdown()
+  // meanwhile fails the barrier's handle); the submission itself is a Using.
+  const std::shared_ptr<Runtime> owner = get("barrier()");
   // One name for every barrier, as in Horovod: a per-rank counter in the name would drift apart
   // when a barrier completes on some ranks only (the others had joined), and every later barrier
   // would then wait for a name the other ranks never send. Barriers of several user threads of
   // one rank take turns (one name can be in flight once per rank).
-  std::lock_guard<std::mutex> turn(rt->barrier_mutex());
+  std::lock_guard<std::mutex> turn(owner->barrier_mutex());
   const std::string name = "__hvd.barrier";
-  Request req = make_request(*rt, RequestType::kBarrier, name,
-                             TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
-  Handle h = submit(*rt, RequestType::kBarrier, name, {}, {}, std::move(req));
+  Handle h;
+  {
+    Using rt("barrier()");
+    Request req = make_request(*rt, RequestType::kBarrier, name,
+                               TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
+    h = submit(*rt, RequestType::kBarrier, name, {}, {}, std::move(req));
+  }
   h.wait();
 }
 
 int join() {
-  auto rt = get("join()");
   const std::string name = "__hvd.join";
-  Request req = make_request(*rt, RequestType::kJoin, name,
-                             TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
   auto state = detail::make_handle_state(1);
-  Handle h =
-      rt->enqueue_one(make_entry(RequestType::kJoin, name, {}, {}, state), std::move(req), state);
+  Handle h;
+  {
+    Using rt("join()");
+    Request req = make_request(*rt, RequestType::kJoin, name,
+                               TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
+    h = rt->enqueue_one(make_entry(RequestType::kJoin, name, {}, {}, state), std::move(req), state);
+  }
   h.wait();
   return state->join_result;
 }
