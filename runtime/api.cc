@@ -95,6 +95,9 @@ class Using {
 // (check_name() throws at once: without a valid name no other rank can tell which operation this
 // is), then each tensor, input/output agreement, the operation's own parameters (reduce op, scale
 // factors, first dimension, root, splits) and last overlapping buffers. The first failure wins.
+// (allreduce_async runs the tensor checks first, which only collect their errors, and checks the
+// name only when no lane takes the tensor: a lane's name was checked when it was negotiated. What
+// is thrown, and in which order, is the same.)
 // A failure is the reason alone ("the input has 4 elements but a null data pointer."): it travels
 // in the request's `error` field, and rank 0 fails the operation on every rank with
 // "<op> of '<name>' failed: rank <r>: <reason>" (runtime/controller.cc). docs/errors.md has one row
