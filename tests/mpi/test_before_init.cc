@@ -82,9 +82,9 @@ TEST(Lifecycle, CallsBeforeInitAndAfterShutdownThrow) {
   expect_all_calls_refused("after shutdown()");
 }
 
-// shutdown() while other threads of the rank keep submitting: each submission either runs (the
-// right sum), fails through its handle with an hvd::Error, or throws at once that hvd was shut
-// down; never a crash, a hang or another exception, and every thread sees the shutdown within
+// shutdown() while other threads of the rank keep submitting (all-reduces, and barriers, which
+// wait inside the call): each submission either runs (the right sum), fails through its handle
+// with an hvd::Error, or throws at once that hvd was shut down; never a crash, a hang or another exception, and every thread sees the shutdown within
 // seconds. (After the test above: the test's main owns MPI, so hvd::init() works again.) Five
 // rounds of init(), submissions and shutdown(): the crash this found (a one-rank job's inline
 // all-reduce on the communicators shutdown() had freed) came in about one round in six.
@@ -95,7 +95,7 @@ void shutdown_while_threads_submit(int round) {
     hvd::init();
   }
   const int size = hvd::size();
-  constexpr int kThreads = 3;
+  constexpr int kThreads = 4;  // the last one calls barrier(), which waits inside the call
   struct Seen {
     int ran = 0, wrong = 0, failed = 0, refused = 0, other = 0;
     std::string other_what;
@@ -110,6 +110,23 @@ void shutdown_while_threads_submit(int round) {
       ++running;
       for (int i = 0;; ++i) {
         std::fill(v.begin(), v.end(), 1.0f);
+        if (t == kThreads - 1) {
+          try {
+            hvd::barrier();
+            ++s.ran;
+          } catch (const hvd::Error& e) {
+            if (contains_ci(e.what(), "called after hvd::shutdown()")) {
+              ++s.refused;
+              return;
+            }
+            ++s.failed;  // in flight when hvd shut down
+          } catch (const std::exception& e) {
+            ++s.other;
+            s.other_what = e.what();
+            return;
+          }
+          continue;
+        }
         try {
           hvd::Handle h = hvd::allreduce_async(
               std::span<float>(v), "race." + std::to_string(t) + "." + std::to_string(i % 4),
