@@ -499,10 +499,11 @@ bool is_homogeneous() { return Using("is_homogeneous()")->topology().homogeneous
 Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, ReduceOp op,
                        double prescale, double postscale) {
   Using rt("allreduce_async()");
-  // The name is checked below, unless a lane takes the tensor: a lane's name is a name that passed
-  // check_name() when it was first negotiated, so an equal name is valid (the reserved prefix, which
-  // hvd's own operations use, never goes to a lane). An invalid name finds no lane, and then fails
-  // exactly as before: the tensor checks only collect their errors, and check_name() throws first.
+  // The name is checked below, unless a lane takes the tensor: a lane's name is a name that
+  // passed check_name() when it was first negotiated, so an equal name is valid (the reserved
+  // prefix, which hvd's own operations use, never goes to a lane). An invalid name finds no lane,
+  // and then fails exactly as before: the tensor checks only collect their errors, and
+  // check_name() throws first.
   Checks c{*rt, {}};
   const int64_t in_bytes = c.tensor(in, "the input");
   const int64_t out_bytes = c.tensor(out, "the output");

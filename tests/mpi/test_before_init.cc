@@ -84,10 +84,11 @@ TEST(Lifecycle, CallsBeforeInitAndAfterShutdownThrow) {
 
 // shutdown() while other threads of the rank keep submitting (all-reduces, and barriers, which
 // wait inside the call): each submission either runs (the right sum), fails through its handle
-// with an hvd::Error, or throws at once that hvd was shut down; never a crash, a hang or another exception, and every thread sees the shutdown within
-// seconds. (After the test above: the test's main owns MPI, so hvd::init() works again.) Five
-// rounds of init(), submissions and shutdown(): the crash this found (a one-rank job's inline
-// all-reduce on the communicators shutdown() had freed) came in about one round in six.
+// with an hvd::Error, or throws at once that hvd was shut down; never a crash, a hang or another
+// exception, and every thread sees the shutdown within seconds. (After the test above: the test's
+// main owns MPI, so hvd::init() works again.) Five rounds of init(), submissions and shutdown():
+// the crash this found (a one-rank job's inline all-reduce on the communicators shutdown() had
+// freed) came in about one round in six.
 void shutdown_while_threads_submit(int round) {
   SCOPED_TRACE("round " + std::to_string(round));
   {
