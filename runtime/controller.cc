@@ -131,11 +131,11 @@ void Controller::take_requests() {
   // stall inspector sees them.
   std::vector<uint32_t> late;
   for_each_pending([&](uint32_t pos) {
-    if (now - pending_[pos].since > patience_) late.push_back(pos);
+    if (now - pending_since_[pos] > patience_) late.push_back(pos);
   });
   for (uint32_t pos : late) {
     invalid_positions_.push_back(pos);
-    if (pending_[pos].lane)
+    if (pending_lane(pos))
       lane_goes_slow(pos);
     else
       go_slow(std::move(take_pending(pos)));
@@ -144,17 +144,28 @@ void Controller::take_requests() {
 
 void Controller::add_pending(uint32_t pos, Request* request,
                              std::chrono::steady_clock::time_point since) {
-  if (pos >= pending_.size()) pending_.resize(pos + 1);
-  if (pos / 64 >= pending_bits_.size()) pending_bits_.resize(pos / 64 + 1, 0);
-  if (request) pending_[pos].request = std::move(*request);
-  pending_[pos].since = since;
-  pending_[pos].lane = request == nullptr;
-  pending_bits_[pos / 64] |= uint64_t{1} << (pos % 64);
+  if (pos >= pending_since_.size()) {
+    pending_since_.resize(pos + 1);
+    pending_requests_.resize(pos + 1);
+  }
+  if (pos / 64 >= pending_bits_.size()) {
+    pending_bits_.resize(pos / 64 + 1, 0);
+    pending_lane_bits_.resize(pos / 64 + 1, 0);
+  }
+  const uint64_t bit = uint64_t{1} << (pos % 64);
+  if (request) {
+    pending_requests_[pos] = std::move(*request);
+    pending_lane_bits_[pos / 64] &= ~bit;
+  } else {
+    pending_lane_bits_[pos / 64] |= bit;
+  }
+  pending_since_[pos] = since;
+  pending_bits_[pos / 64] |= bit;
 }
 
 Request& Controller::take_pending(uint32_t pos) {
   pending_bits_[pos / 64] &= ~(uint64_t{1} << (pos % 64));
-  return pending_[pos].request;
+  return pending_requests_[pos];
 }
 
 void Controller::lane_goes_slow(uint32_t pos) {
@@ -181,7 +192,7 @@ void Controller::sync_lanes() {
   queue_.sync_lanes(wanted, rank_, &popped);
   for (auto& [pos, r] : popped) {
     // A submission this rank had counted as a hit for the lane's old tensor.
-    if (has_pending(pos) && pending_[pos].lane) take_pending(pos);
+    if (has_pending(pos) && pending_lane(pos)) take_pending(pos);
     go_slow(std::move(r));
   }
 }
@@ -196,10 +207,10 @@ void Controller::for_each_pending(F&& f) const {
 // Every pending hit goes the slow way (in position order, as before).
 void Controller::requeue_all_pending() {
   for_each_pending([&](uint32_t pos) {
-    if (pending_[pos].lane)
+    if (pending_lane(pos))
       go_slow(queue_.lane_to_request(pos, rank_));
     else
-      go_slow(std::move(pending_[pos].request));
+      go_slow(std::move(pending_requests_[pos]));
   });
   for (uint64_t& w : pending_bits_) w = 0;
 }
@@ -315,7 +326,7 @@ void Controller::erase_invalid(const std::vector<uint64_t>& bits) {
       invalid &= invalid - 1;
       cache_.erase(pos);
       if (has_pending(pos)) {
-        const bool lane = pending_[pos].lane;
+        const bool lane = pending_lane(pos);
         Request& r = take_pending(pos);
         if (!lane) go_slow(std::move(r));
       }
@@ -348,12 +359,13 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(hits));
       hits &= hits - 1;
       --left;
+      if (hits) cache_.prefetch(static_cast<uint32_t>(w * 64 + __builtin_ctzll(hits)));
       const Response& cached = cache_.get(pos);
       const int64_t b = cache_.bytes(pos);
       // This rank's own request for the position (its bit is in the AND): its name and shape are
       // the cached ones (the lookup compared them), and are moved, not copied, into the response.
       // A lane's submission has none: its member is left without them.
-      const bool lane = pending_[pos].lane;
+      const bool lane = pending_lane(pos);
       Request& mine = take_pending(pos);
       // A group's members join the open response of their group whatever the threshold (a group
       // is one unit for plan_fusion, run whole); ungrouped ones join an ungrouped response up to
@@ -419,8 +431,8 @@ std::vector<Response> Controller::slow_path() {
 void Controller::requeue_evicted_hits() {
   std::vector<uint32_t> evicted;
   for_each_pending([&](uint32_t pos) {
-    if (pending_[pos].lane) return;  // sync_lanes() sees to it, before the next pop
-    if (!cache_.occupied(pos) || cache_.get(pos).names[0] != pending_[pos].request.name)
+    if (pending_lane(pos)) return;  // sync_lanes() sees to it, before the next pop
+    if (!cache_.occupied(pos) || cache_.get(pos).names[0] != pending_requests_[pos].name)
       evicted.push_back(pos);
   });
   for (uint32_t pos : evicted) go_slow(std::move(take_pending(pos)));

@@ -135,17 +135,21 @@ class Controller {
   std::chrono::nanoseconds patience_;  // options_.fast_path_patience_seconds, for the pending hits
 
   bool joined_ = false;
-  struct PendingHit {
-    Request request;  // unused for a lane's submission (the queue holds it)
-    std::chrono::steady_clock::time_point since;
-    bool lane = false;
-  };
-  // The requests waiting for the AND, by cache position (a flat table: a cycle of 1000 cached
-  // gradients allocates nothing here); pending_bits_ marks the positions that hold one.
-  std::vector<PendingHit> pending_;
+  // The requests waiting for the AND, by cache position (flat tables: a cycle of 1000 cached
+  // gradients allocates nothing here); pending_bits_ marks the positions that hold one. Kept as
+  // separate arrays: the per-hit work of every cycle (the patience check, the fast path) reads the
+  // dense times and bits, 8 bytes and 2 bits per position, and never the requests, which a lane's
+  // submission does not have (the queue holds it); at 1000 hits a cycle, whose records the step's
+  // data has pushed out of the cache since the last cycle, each record's own cache line was a miss.
+  std::vector<Request> pending_requests_;  // unused for a lane's submission
+  std::vector<std::chrono::steady_clock::time_point> pending_since_;
   std::vector<uint64_t> pending_bits_;
+  std::vector<uint64_t> pending_lane_bits_;  // the pending hit is a lane's submission
   bool has_pending(uint32_t pos) const {
     return pos / 64 < pending_bits_.size() && (pending_bits_[pos / 64] >> (pos % 64) & 1);
+  }
+  bool pending_lane(uint32_t pos) const {  // has_pending(pos)
+    return pending_lane_bits_[pos / 64] >> (pos % 64) & 1;
   }
   // request: moved from; null for a lane's submission (the queue holds it).
   void add_pending(uint32_t pos, Request* request, std::chrono::steady_clock::time_point since);

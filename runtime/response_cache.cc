@@ -37,42 +37,61 @@ int64_t ResponseCache::put(const Response& single) {
   if (capacity_ == 0 || !cacheable(single)) return -1;
   const std::string& name = single.names[0];
   const uint64_t h = NameIndex::hash(name);
-  if (const int64_t at = find(name, h); at >= 0) {
-    slots_[at]->response = single;
-    slots_[at]->response.lanes.clear();
-    slots_[at]->response.lane_bytes = 0;
-    slots_[at]->bytes = response_bytes(slots_[at]->response);
-    touch(static_cast<uint32_t>(at));
-    return at;
-  }
   uint32_t pos;
-  if (by_name_.size() < capacity_) {
-    // Lowest free position: deterministic on every rank.
-    pos = 0;
-    while (pos < slots_.size() && slots_[pos].has_value()) ++pos;
-    if (pos == slots_.size()) slots_.emplace_back();
+  if (const int64_t at = find(name, h); at >= 0) {
+    pos = static_cast<uint32_t>(at);
+    slots_[pos]->response = single;
+    touch(pos);
   } else {
-    pos = lru_.back();
-    erase(pos);
+    if (by_name_.size() < capacity_) {
+      // Lowest free position: deterministic on every rank.
+      pos = 0;
+      while (pos < slots_.size() && slots_[pos].has_value()) ++pos;
+      if (pos == slots_.size()) {
+        slots_.emplace_back();
+        bytes_.push_back(0);
+        lru_prev_.push_back(kEnd);
+        lru_next_.push_back(kEnd);
+      }
+    } else {
+      pos = lru_tail_;
+      erase(pos);
+    }
+    slots_[pos] = Slot{single};
+    lru_push_front(pos);
+    by_name_.insert(h, pos);
   }
-  lru_.push_front(pos);
-  slots_[pos] = Slot{single, lru_.begin()};
-  slots_[pos]->response.lanes.clear();
-  slots_[pos]->response.lane_bytes = 0;
-  slots_[pos]->bytes = response_bytes(slots_[pos]->response);
-  by_name_.insert(h, pos);
+  Response& r = slots_[pos]->response;
+  r.lanes.clear();
+  r.lane_bytes = 0;
+  bytes_[pos] = response_bytes(r);
   return pos;
 }
 
+void ResponseCache::lru_unlink(uint32_t p) {
+  const uint32_t prev = lru_prev_[p], next = lru_next_[p];
+  (prev == kEnd ? lru_head_ : lru_next_[prev]) = next;
+  (next == kEnd ? lru_tail_ : lru_prev_[next]) = prev;
+  lru_prev_[p] = lru_next_[p] = kEnd;
+}
+
+void ResponseCache::lru_push_front(uint32_t p) {
+  lru_prev_[p] = kEnd;
+  lru_next_[p] = lru_head_;
+  (lru_head_ == kEnd ? lru_tail_ : lru_prev_[lru_head_]) = p;
+  lru_head_ = p;
+}
+
 void ResponseCache::touch(uint32_t position) {
-  if (!occupied(position)) return;
-  lru_.splice(lru_.begin(), lru_, slots_[position]->lru);  // no allocation
+  if (!occupied(position) || lru_head_ == position) return;
+  lru_unlink(position);
+  lru_push_front(position);
 }
 
 void ResponseCache::erase(uint32_t position) {
   if (!occupied(position)) return;
   by_name_.erase(NameIndex::hash(slots_[position]->response.names[0]), position);
-  lru_.erase(slots_[position]->lru);
+  lru_unlink(position);
   slots_[position].reset();
 }
 

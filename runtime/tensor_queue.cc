@@ -105,6 +105,16 @@ bool TensorQueue::add_one(TensorTableEntry&& entry, Request&& request) {
   return push_request_locked(std::move(request), std::chrono::steady_clock::now());
 }
 
+void TensorQueue::prefetch_next_locked(const Lane& l) const {
+  if (l.next >= lanes_.size()) return;
+  const Lane& n = lanes_[l.next];  // (its lines came in at the submission before this one)
+  __builtin_prefetch(n.name.data());
+  __builtin_prefetch(n.caller_name);  // (a prefetch never faults)
+  if (n.next >= lanes_.size()) return;
+  const char* after = reinterpret_cast<const char*>(&lanes_[n.next]);
+  for (size_t off = 0; off < sizeof(Lane); off += 64) __builtin_prefetch(after + off, 1);
+}
+
 TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef& in,
                                               TensorRef& out, ReduceOp op, double prescale,
                                               double postscale,
@@ -112,14 +122,29 @@ TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef
                                               int rank) {
   std::lock_guard<std::mutex> lock(mu_);
   if (lane_index_.size() == 0) return LaneResult::kNoLane;
-  const uint64_t h = NameIndex::hash(name);
-  const int64_t at = find_lane_locked(name, h);
-  if (at < 0) return LaneResult::kNoLane;  // (an invalid name among them: the caller checks it)
+  int64_t at = -1;
+  uint64_t h = 0;
+  const uint32_t guess = last_lane_ < lanes_.size() ? lanes_[last_lane_].next : kNoLane;
+  if (guess < lanes_.size() && lanes_[guess].state != Lane::State::kClosed &&
+      lanes_[guess].name == name) {
+    at = guess;
+    h = lanes_[guess].hash;
+  } else {
+    h = NameIndex::hash(name);
+    at = find_lane_locked(name, h);
+    if (at < 0) return LaneResult::kNoLane;  // (an invalid name among them: the caller checks it)
+  }
   if (closed_) detail::throw_error(close_kind_, close_message_);
   Lane& l = lanes_[at];
-  if (l.busy() || find_locked(name, h) >= 0) throw_in_flight(RequestType::kAllreduce, name, rank);
+  if (l.busy() || (index_.size() != 0 && find_locked(name, h) >= 0))
+    throw_in_flight(RequestType::kAllreduce, name, rank);
   if (!l.takes(in.dtype(), in.device().kind, op, prescale, postscale, in.shape()))
     return LaneResult::kNoLane;
+  if (last_lane_ < lanes_.size() && lanes_[last_lane_].next != static_cast<uint32_t>(at))
+    lanes_[last_lane_].next = static_cast<uint32_t>(at);
+  last_lane_ = static_cast<uint32_t>(at);
+  l.caller_name = name.data();
+  prefetch_next_locked(l);
   handle->popped_by = detail::WakeSignal::get().pops.load() + 1;
   l.entry.input = std::move(in);
   l.entry.output = std::move(out);
@@ -274,7 +299,18 @@ void TensorQueue::take_all(const std::vector<std::string>& names,
                            const std::vector<uint32_t>& lanes,
                            FunctionRef<void(size_t, TensorTableEntry*)> take) {
   std::lock_guard<std::mutex> lock(mu_);
+  // The lanes a few members ahead are asked for while these are taken (their tensors and handles
+  // were written at submission, before the cycle, and may have left the cache since).
+  constexpr size_t kAhead = 8;
+  auto prefetch = [&](size_t i) {
+    if (i < lanes.size() && lanes[i] < lanes_.size()) {
+      const char* e = reinterpret_cast<const char*>(&lanes_[lanes[i]].entry);
+      for (size_t off = 0; off < sizeof(TensorTableEntry); off += 64) __builtin_prefetch(e + off);
+    }
+  };
+  for (size_t i = 0; i < kAhead; ++i) prefetch(i);
   for (size_t i = 0; i < names.size(); ++i) {
+    prefetch(i + kAhead);
     if (i < lanes.size() && lanes[i] != kNoLane) {
       const uint32_t pos = lanes[i];
       if (pos < lanes_.size() && lanes_[pos].state == Lane::State::kPopped) {

@@ -157,6 +157,12 @@ class TensorQueue {
   struct Lane {
     enum class State : uint8_t { kClosed, kIdle, kSubmitted, kPopped };
     State state = State::kClosed;
+    // The position submitted after this one the last time (kNoLane: none yet).
+    uint32_t next = kNoLane;
+    // The characters of the name as the caller passed it last time (its std::string's data()): a
+    // caller that keeps its names passes the same string every step, and prefetch_next_locked()
+    // asks for them. Only ever prefetched, never read: it may point to freed memory.
+    const char* caller_name = nullptr;
     std::string name;
     uint64_t hash = 0;
     // The cached response's parameters, which a submission must match.
@@ -178,6 +184,15 @@ class TensorQueue {
   std::vector<Lane> lanes_;      // by cache position
   NameIndex lane_index_;         // the open lanes' names -> position
   std::vector<uint32_t> ready_;  // lanes submitted since the last pop, in order
+  // The submissions of a step come in the order of the step before (a trainer's gradients), and
+  // at 1000 tensors a step the lanes' lines are out of the cache by the time their tensors come
+  // again (the data of a step passes through it in between). So each lane remembers the position
+  // submitted after it (Lane::next): try_lane checks that lane first, with no hash of the name and
+  // no probe of the index, and prefetches what the next two submissions will likely read (the
+  // lanes, their names, the caller's names: prefetch_next_locked). A guess is only a guess: it
+  // must be open and have the same name.
+  uint32_t last_lane_ = kNoLane;  // the position of the last submission to a lane
+  void prefetch_next_locked(const Lane& l) const;
   size_t busy_lanes_ = 0;
   int64_t find_lane_locked(const std::string& name, uint64_t h) const {
     return lane_index_.find(h, [&](uint32_t i) { return lanes_[i].name == name; });

@@ -273,5 +273,80 @@ TEST(TensorQueueLanes, AClosedLaneHandsItsSubmissionBack) {
   EXPECT_TRUE(queue.take("b").has_value());
 }
 
+// try_lane first tries the lane submitted after the previous one last time (Lane::next), without
+// hashing the name. Whatever the order of the submissions, and whatever became of the guessed lane
+// (reopened for another name, other parameters, busy), each submission lands in its own lane, or
+// finds none, exactly as a lookup by name would.
+TEST(TensorQueueLanes, SubmissionsInAnyOrderFindTheirOwnLanes) {
+  TensorQueue queue;
+  const std::vector<std::string> names = {"a", "b", "c", "d", "e"};
+  const std::vector<uint32_t> positions = {7, 2, 9, 0, 4};
+  std::vector<Response> cached(names.size());
+  std::vector<std::pair<uint32_t, const Response*>> wanted;
+  for (size_t i = 0; i < names.size(); ++i) {
+    cached[i].names = {names[i]};
+    cached[i].shapes = {{static_cast<int64_t>(i + 1)}};
+    wanted.emplace_back(positions[i], &cached[i]);
+  }
+  std::vector<std::pair<uint32_t, Request>> popped;
+  queue.sync_lanes(wanted, 0, &popped);
+  ASSERT_EQ(queue.open_lanes(), names.size());
+  std::vector<float> data(names.size());
+  // Submits names[i] for each i in `order`, then pops and takes them: each must come out of its
+  // own lane, with its own tensor.
+  auto step = [&](const std::vector<size_t>& order) {
+    for (size_t i : order) {
+      TensorRef in(&data[i], DataType::kFloat32, {static_cast<int64_t>(i + 1)}), out = in;
+      ASSERT_NE(queue.try_lane(names[i], in, out, ReduceOp::kSum, 1.0, 1.0,
+                               detail::make_handle_state(1), 0),
+                TensorQueue::LaneResult::kNoLane)
+          << names[i];
+    }
+    std::vector<Request> requests;
+    std::vector<uint32_t> lanes;
+    queue.pop_requests(&requests, &lanes);
+    EXPECT_TRUE(requests.empty());
+    ASSERT_EQ(lanes.size(), order.size());
+    std::vector<std::string> none(order.size());
+    for (size_t k = 0; k < order.size(); ++k) EXPECT_EQ(lanes[k], positions[order[k]]);
+    queue.take_all(none, lanes, [&](size_t k, TensorTableEntry* e) {
+      ASSERT_NE(e, nullptr);
+      EXPECT_EQ(e->input.data(), &data[order[k]]) << names[order[k]];
+    });
+    EXPECT_EQ(queue.size(), 0u);
+  };
+  step({0, 1, 2, 3, 4});
+  step({0, 1, 2, 3, 4});  // every guess right
+  step({4, 3, 2, 1, 0});  // every guess wrong
+  step({2, 0, 4, 1, 3});
+  step({0, 1, 2, 3, 4});
+  step({0, 1, 2, 3, 4});
+
+  // The lane after "a" is "b"'s (position 2), which now serves another tensor: "b" finds no lane,
+  // the new name finds its own.
+  Response b2;
+  b2.names = {"b2"};
+  b2.shapes = {{2}};
+  queue.sync_lanes({{2, &b2}}, 0, &popped);
+  EXPECT_TRUE(popped.empty());
+  auto submit = [&](const std::string& name, int64_t n) {
+    TensorRef in(&data[0], DataType::kFloat32, {n}), out = in;
+    return queue.try_lane(name, in, out, ReduceOp::kSum, 1.0, 1.0, detail::make_handle_state(1), 0);
+  };
+  EXPECT_NE(submit("a", 1), TensorQueue::LaneResult::kNoLane);
+  EXPECT_EQ(submit("b", 2), TensorQueue::LaneResult::kNoLane);
+  EXPECT_NE(submit("b2", 2), TensorQueue::LaneResult::kNoLane);
+  // The guess after "b2" is "c" (learnt above): other parameters find no lane, and a name whose
+  // lane is busy is refused as in flight, guessed or not.
+  EXPECT_EQ(submit("c", 7), TensorQueue::LaneResult::kNoLane);
+  EXPECT_THROW(submit("a", 1), InvalidArgumentError);
+  EXPECT_NE(submit("c", 3), TensorQueue::LaneResult::kNoLane);
+  EXPECT_THROW(submit("c", 3), InvalidArgumentError);
+  std::vector<Request> requests;
+  std::vector<uint32_t> lanes;
+  queue.pop_requests(&requests, &lanes);
+  EXPECT_EQ(lanes, (std::vector<uint32_t>{7, 2, 9}));
+}
+
 }  // namespace
 }  // namespace hvd

@@ -2,6 +2,11 @@
 // positions (two caches fed the same puts agree).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <list>
+#include <string>
+#include <vector>
+
 #include "runtime/response_cache.h"
 
 namespace hvd {
@@ -110,6 +115,62 @@ TEST(ResponseCache, TwoCachesFedTheSameSequenceAgreeOnEveryPosition) {
     ASSERT_EQ(x.occupied(p), y.occupied(p));
     if (x.occupied(p)) {
       EXPECT_EQ(x.get(p).names, y.get(p).names);
+    }
+  }
+}
+
+// The cache's LRU order (a list through positions) against a plain model of it, over random puts,
+// touches and erases: the same entries are evicted and every position holds the same name.
+TEST(ResponseCache, LeastRecentlyUsedOrderMatchesAModel) {
+  const size_t capacity = 8;
+  ResponseCache c(capacity);
+  std::vector<std::string> at;  // the model: the name at each position ("" free)
+  std::list<uint32_t> lru;      // the model's order, front: most recently used
+  auto model_touch = [&](uint32_t p) {
+    lru.remove(p);
+    lru.push_front(p);
+  };
+  uint64_t x = 12345;
+  auto next = [&](uint64_t n) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (x >> 33) % n;
+  };
+  for (int i = 0; i < 5000; ++i) {
+    const uint64_t what = next(10);
+    if (what < 6) {
+      const std::string name = "t" + std::to_string(next(20));
+      auto it = std::find(at.begin(), at.end(), name);
+      uint32_t p;
+      if (it != at.end()) {
+        p = static_cast<uint32_t>(it - at.begin());
+      } else if (lru.size() < capacity) {
+        p = static_cast<uint32_t>(std::find(at.begin(), at.end(), "") - at.begin());
+        if (p == at.size()) at.emplace_back();
+      } else {
+        p = lru.back();
+      }
+      at[p] = name;
+      model_touch(p);
+      ASSERT_EQ(c.put(ar(name, {1})), static_cast<int64_t>(p)) << "step " << i;
+    } else if (what < 9) {
+      const uint32_t p = static_cast<uint32_t>(next(capacity + 2));
+      if (p < at.size() && !at[p].empty()) model_touch(p);
+      c.touch(p);
+    } else {
+      const uint32_t p = static_cast<uint32_t>(next(capacity + 2));
+      if (p < at.size() && !at[p].empty()) {
+        at[p].clear();
+        lru.remove(p);
+      }
+      c.erase(p);
+    }
+    ASSERT_EQ(c.size(), lru.size()) << "step " << i;
+  }
+  for (uint32_t p = 0; p < capacity + 2; ++p) {
+    const bool used = p < at.size() && !at[p].empty();
+    ASSERT_EQ(c.occupied(p), used) << p;
+    if (used) {
+      EXPECT_EQ(c.get(p).names[0], at[p]);
     }
   }
 }
