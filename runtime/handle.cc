@@ -169,19 +169,30 @@ void WakeSignal::waiting_for(uint64_t popped_by) {
 }
 
 bool HandleState::claim() {
-  int expected = kRunning;
-  return phase.compare_exchange_strong(expected, kFinishing, std::memory_order_acq_rel);
+  int seen = phase.load(std::memory_order_relaxed);
+  do {
+    if ((seen & kPhase) != kRunning) return false;
+  } while (!phase.compare_exchange_weak(seen, kFinishing | (seen & kWaiter),
+                                        std::memory_order_acq_rel, std::memory_order_relaxed));
+  return true;
 }
 
 void HandleState::publish() {
-  phase.store(kDone, std::memory_order_release);
-  phase.notify_all();  // no system call when no thread waits
+  if (phase.exchange(kDone, std::memory_order_acq_rel) & kWaiter) phase.notify_all();
 }
 
 void HandleState::wait_done() const {
-  for (int p = phase.load(std::memory_order_acquire); p != kDone;
-       p = phase.load(std::memory_order_acquire))
-    phase.wait(p, std::memory_order_acquire);
+  int p = phase.load(std::memory_order_acquire);
+  while ((p & kPhase) != kDone) {
+    // Marks this handle as waited on first, so that publish() (whose exchange the mark either
+    // precedes, or finds the phase kDone) wakes this thread; then sleeps while the phase is the
+    // marked value.
+    if (!(p & kWaiter) && !phase.compare_exchange_weak(p, p | kWaiter, std::memory_order_acq_rel,
+                                                       std::memory_order_acquire))
+      continue;
+    phase.wait(p | kWaiter, std::memory_order_acquire);
+    p = phase.load(std::memory_order_acquire);
+  }
 }
 
 void HandleState::complete_one() {

@@ -66,16 +66,23 @@ struct HandleState {
   void set_join_result(int rank) { join_result = rank; }  // before complete_one()
 
   // Complete (successfully or not): everything the background thread wrote before is visible.
-  bool done() const { return phase.load(std::memory_order_acquire) == kDone; }
+  bool done() const { return (phase.load(std::memory_order_acquire) & kPhase) == kDone; }
   // Blocks until done() (a futex wait on `phase`; no wake-up unless a thread waits).
   void wait_done() const;
 
   // Completion without a lock or a condition variable: the tensor that takes `pending` to 0 (or the
   // first fail()) moves `phase` from kRunning to kFinishing, writes the outcome, then stores kDone
   // (release) and wakes the waiters, if any. A handle's life on the hot path (one tensor, one wait)
-  // thus costs two atomic operations and no mutex (docs/benchmarks.md, "Shapes inside the `TensorRef`, handles without a lock").
-  static constexpr int kRunning = 0, kFinishing = 1, kDone = 2;
-  std::atomic<int> phase{kRunning};
+  // thus costs two atomic operations and no mutex (docs/benchmarks.md, "Shapes inside the
+  // `TensorRef`, handles without a lock").
+  //
+  // kWaiter: a thread blocks (or is about to) on this handle; only then does publish() wake
+  // anyone. std::atomic::notify_all() alone cannot tell: libstdc++ counts waiters per bucket of a
+  // 16-entry table hashed by address, so while a user thread waited on one handle, completing any
+  // other handle of that bucket made a futex system call (the pool's 528-byte strides put a
+  // quarter of all handles there: 250 system calls a step at 1000 tensors; docs/benchmarks.md).
+  static constexpr int kRunning = 0, kFinishing = 1, kDone = 2, kPhase = 3, kWaiter = 4;
+  mutable std::atomic<int> phase{kRunning};
   std::atomic<int> pending;
   // Written once, before `phase` becomes kDone (output and received_splits by the op, join_result
   // by the executor); read after done(), whose acquire load makes them visible: no lock.
