@@ -163,6 +163,10 @@ class TensorQueue {
     // caller that keeps its names passes the same string every step, and prefetch_next_locked()
     // asks for them. Only ever prefetched, never read: it may point to freed memory.
     const char* caller_name = nullptr;
+    // The handle state of the last submission, likewise only prefetched: a caller that keeps one
+    // handle per tensor drops it when it assigns the next step's handle there, right after the
+    // next submission to this lane returns.
+    const detail::HandleState* last_handle = nullptr;
     std::string name;
     uint64_t hash = 0;
     // The cached response's parameters, which a submission must match.
@@ -189,8 +193,8 @@ class TensorQueue {
   // again (the data of a step passes through it in between). So each lane remembers the position
   // submitted after it (Lane::next): try_lane checks that lane first, with no hash of the name and
   // no probe of the index, and prefetches what the next two submissions will likely read (the
-  // lanes, their names, the caller's names: prefetch_next_locked). A guess is only a guess: it
-  // must be open and have the same name.
+  // lanes, their names, the caller's names, the handle the caller drops: prefetch_next_locked). A
+  // guess is only a guess: it must be open and have the same name.
   uint32_t last_lane_ = kNoLane;  // the position of the last submission to a lane
   void prefetch_next_locked(const Lane& l) const;
   size_t busy_lanes_ = 0;
