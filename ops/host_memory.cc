@@ -11,20 +11,6 @@ std::atomic<int64_t> g_packed_bytes{0};
 std::atomic<int64_t> g_unpacked_bytes{0};
 std::atomic<int64_t> g_batches{0};
 
-// The first lines of the next tensor's memory, asked for while the current one is copied: each
-// tensor starts in a page of its own, where the hardware's stream prefetcher has not yet seen a
-// pattern, so the first lines of every copy waited for memory one after another (a fused batch
-// is often a thousand small gradients). `write`: the lines will be written (the outputs).
-void prefetch_head(const void* p, bool write) {
-  const char* c = static_cast<const char*>(p);
-  for (int off = 0; off < 512; off += 64) {
-    if (write)
-      __builtin_prefetch(c + off, 1);
-    else
-      __builtin_prefetch(c + off, 0);
-  }
-}
-
 }  // namespace
 
 FusionCopyCounts fusion_copy_counts() {
@@ -52,7 +38,6 @@ PackedBatch HostMemory::pack(const OpBatch& batch, DataType packed, int64_t part
   for (std::size_t i = 0; i < batch.entries.size(); ++i) {
     const auto& e = batch.entries[i];
     const auto n = static_cast<std::size_t>(e.input.num_elements());
-    if (i + 1 < batch.entries.size()) prefetch_head(batch.entries[i + 1].input.data(), false);
     char* dst = buf + p.layout.offsets[i];
     if (packed == batch.dtype)
       scale_copy(batch.dtype, e.input.data(), dst, n, prescale);
@@ -75,7 +60,6 @@ void HostMemory::unpack(OpBatch& batch, const PackedBatch& p, double factor) {
     const auto n = static_cast<std::size_t>(e.output.num_elements());
     bytes += static_cast<int64_t>(n * dtype_size(p.dtype));
     const char* src = buf + p.layout.offsets[i];
-    if (i + 1 < batch.entries.size()) prefetch_head(batch.entries[i + 1].output.data(), true);
     if (p.dtype == batch.dtype)
       scale_copy(batch.dtype, src, e.output.data(), n, factor);
     else
