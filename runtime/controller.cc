@@ -359,7 +359,6 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(hits));
       hits &= hits - 1;
       --left;
-      if (hits) cache_.prefetch(static_cast<uint32_t>(w * 64 + __builtin_ctzll(hits)));
       const Response& cached = cache_.get(pos);
       const int64_t b = cache_.bytes(pos);
       // This rank's own request for the position (its bit is in the AND): its name and shape are

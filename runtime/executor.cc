@@ -328,16 +328,7 @@ void Executor::execute(const Response& r, Batch& b) {
     // Last to first: a user thread waits for its handles in the order it submitted them, so the
     // first one it waits on completes last, and it wakes once instead of once per handle it
     // reaches before this thread does.
-    // Each handle's state is a line of its own, out of the cache since its submission (the
-    // batch's data has passed through since): the states a few handles ahead are asked for first.
-    constexpr size_t kAhead = 8;
-    const size_t n = b.handles.size();
-    for (size_t i = 0; i < kAhead && i < n; ++i) __builtin_prefetch(b.handles[n - 1 - i].get(), 1);
-    for (size_t i = 0; i < n; ++i) {
-      const size_t at = n - 1 - i;
-      if (at >= kAhead) __builtin_prefetch(b.handles[at - kAhead].get(), 1);
-      b.handles[at]->complete_one();
-    }
+    for (auto h = b.handles.rbegin(); h != b.handles.rend(); ++h) (*h)->complete_one();
     return;
   }
   auto done =

@@ -41,13 +41,6 @@ class ResponseCache {
   // the entry's position.
   Lookup lookup(const Request& request, uint32_t* position) const;
   const Response& get(uint32_t position) const;
-  // Asks the CPU to bring in the lines of the response at `position` that the fast path reads
-  // (its fields, not its names): for the next hit while this one is handled. No effect otherwise.
-  void prefetch(uint32_t position) const {
-    if (position >= slots_.size()) return;
-    const char* p = reinterpret_cast<const char*>(&slots_[position]);
-    for (size_t off = 0; off < 192; off += 64) __builtin_prefetch(p + off);
-  }
   // response_bytes(get(position)), computed once when it was put.
   int64_t bytes(uint32_t position) const { return bytes_[position]; }
   // Inserts or replaces a single-tensor response (names.size() == 1) and marks it most recently

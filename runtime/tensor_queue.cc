@@ -306,18 +306,7 @@ void TensorQueue::take_all(const std::vector<std::string>& names,
                            const std::vector<uint32_t>& lanes,
                            FunctionRef<void(size_t, TensorTableEntry*)> take) {
   std::lock_guard<std::mutex> lock(mu_);
-  // The lanes a few members ahead are asked for while these are taken (their tensors and handles
-  // were written at submission, before the cycle, and may have left the cache since).
-  constexpr size_t kAhead = 8;
-  auto prefetch = [&](size_t i) {
-    if (i < lanes.size() && lanes[i] < lanes_.size()) {
-      const char* e = reinterpret_cast<const char*>(&lanes_[lanes[i]].entry);
-      for (size_t off = 0; off < sizeof(TensorTableEntry); off += 64) __builtin_prefetch(e + off);
-    }
-  };
-  for (size_t i = 0; i < kAhead; ++i) prefetch(i);
   for (size_t i = 0; i < names.size(); ++i) {
-    prefetch(i + kAhead);
     if (i < lanes.size() && lanes[i] != kNoLane) {
       const uint32_t pos = lanes[i];
       if (pos < lanes_.size() && lanes_[pos].state == Lane::State::kPopped) {
