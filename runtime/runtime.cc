@@ -424,12 +424,23 @@ void Runtime::wait_for_work(std::chrono::steady_clock::time_point next_cycle,
     wake_.cv.wait(lock, submitted);
   else
     wake_.cv.wait_until(lock, next_cycle, submitted);
+  // A lane's submission reads no clock (TensorQueue::Waiting): when the last submission's time is
+  // not known, the window counts from when this thread first saw the count of submissions at its
+  // present value (at most one window after the submission itself, when it came while this thread
+  // slept in the window, so a burst that ends without a wait may close up to one window later).
+  uint64_t seen = 0;
+  clock::time_point last{};
   while (!shutdown_requested_.load()) {
     const TensorQueue::Waiting w = queue_.waiting();
     if (!w.any) return;  // the deadline passed with nothing submitted: a cycle for the others
     if (wake_.waited()) return;  // a user thread waits for what is queued
-    const auto until = std::min(w.last + window, w.first + cycle);
-    if (clock::now() >= until) return;
+    const auto now = clock::now();
+    if (w.submissions != seen) {
+      seen = w.submissions;
+      last = w.last_exact ? w.last : now;
+    }
+    const auto until = std::min(last + window, w.first + cycle);
+    if (now >= until) return;
     wake_.cv.wait_until(lock, until, [&] { return shutdown_requested_.load() || wake_.waited(); });
   }
 }

@@ -26,6 +26,7 @@ bool TensorQueue::stamp_locked(std::chrono::steady_clock::time_point now) {
   const bool first = requests_.empty() && ready_.empty();
   if (first) first_request_ = now;
   last_request_ = now;
+  stamped_at_ = ++submissions_;
   return first;
 }
 
@@ -158,9 +159,14 @@ TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef
   l.entry.handle = handle;
   l.state = Lane::State::kSubmitted;
   ++busy_lanes_;
-  const auto now = std::chrono::steady_clock::now();
-  l.submitted = now;
-  const bool first = stamp_locked(now);
+  // No clock per submission (Waiting): the first since the last pop stamps the burst, and the
+  // lane's submission counts from then (it only shows if the submission goes the slow way).
+  const bool first = requests_.empty() && ready_.empty();
+  if (first)
+    stamp_locked(std::chrono::steady_clock::now());
+  else
+    ++submissions_;
+  l.submitted = first_request_;
   ready_.push_back(static_cast<uint32_t>(at));
   return first ? LaneResult::kQueuedFirst : LaneResult::kQueued;
 }
@@ -291,7 +297,7 @@ size_t TensorQueue::open_lanes() const {
 TensorQueue::Waiting TensorQueue::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (requests_.empty() && ready_.empty()) return {};
-  return {true, first_request_, last_request_};
+  return {true, first_request_, last_request_, submissions_, stamped_at_ == submissions_};
 }
 
 std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {

@@ -82,9 +82,16 @@ class TensorQueue {
   // submitted since then to *lanes (likewise).
   void pop_requests(std::vector<Request>* out, std::vector<uint32_t>* lanes);
   // The requests added since the last pop_requests(): none, or when the first and the last came.
+  // A lane's submission reads no clock (24 ns a call on this project's VMs, at 1000 a step) unless
+  // it is the first since the last pop: `last` is then the time of the last submission that read
+  // one, and `last_exact` says whether that was the last submission of all. `submissions` counts
+  // every submission ever (lanes and requests): the window's owner tells a burst still coming by
+  // it moving (runtime/runtime.cc, wait_for_work).
   struct Waiting {
     bool any = false;
     std::chrono::steady_clock::time_point first, last;
+    uint64_t submissions = 0;
+    bool last_exact = true;
   };
   Waiting waiting() const;
   std::optional<TensorTableEntry> take(const std::string& name);
@@ -145,6 +152,8 @@ class TensorQueue {
   std::vector<Request> requests_;
   // Of requests_ and ready_ together (waiting()).
   std::chrono::steady_clock::time_point first_request_, last_request_;
+  uint64_t submissions_ = 0;  // Waiting::submissions
+  uint64_t stamped_at_ = 0;   // submissions_ when last_request_ was last set
   // Under mu_: a submission at `now`; returns whether it is the first since the last pop.
   bool stamp_locked(std::chrono::steady_clock::time_point now);
   // Under mu_: stamps the request with `now` and appends it; returns whether it is the first since
