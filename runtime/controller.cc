@@ -348,6 +348,10 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
   std::vector<Response> ready;
   bool open = false;  // ready.back() may take more cached tensors
   int64_t bytes = 0;  // ready.back()'s bytes while open
+  // ready.back()'s fusion traits (those of the hit that opened it, with every rank contributing)
+  // and whether it is a group's: a hit is fused after it without reading its cached response.
+  FusionTraits open_traits;
+  bool open_grouped = false;
   const int64_t threshold = options_.fusion_threshold_bytes;
   // The hits not yet placed: a new response reserves room for all of them (one allocation per
   // member vector, not one per doubling of a 1000-tensor response).
@@ -359,8 +363,10 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(hits));
       hits &= hits - 1;
       --left;
-      const Response& cached = cache_.get(pos);
+      if (!cache_.occupied(pos))
+        throw InternalError("response cache: no entry at position " + std::to_string(pos));
       const int64_t b = cache_.bytes(pos);
+      const bool grouped = cache_.grouped(pos);
       // This rank's own request for the position (its bit is in the AND): its name and shape are
       // the cached ones (the lookup compared them), and are moved, not copied, into the response.
       // A lane's submission has none: its member is left without them.
@@ -368,11 +374,10 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       Request& mine = take_pending(pos);
       // A group's members join the open response of their group whatever the threshold (a group
       // is one unit for plan_fusion, run whole); ungrouped ones join an ungrouped response up to
-      // the threshold.
-      const bool joins =
-          open && can_fuse(ready.back(), cached) &&
-          (cached.group.empty() ? ready.back().group.empty() && bytes + b <= threshold
-                                : ready.back().group == cached.group);
+      // the threshold. (can_fuse(ready.back(), the cached response), from the traits.)
+      const bool joins = open && can_fuse(open_traits, cache_.traits(pos)) &&
+                         (!grouped ? !open_grouped && bytes + b <= threshold
+                                   : ready.back().group == cache_.get(pos).group);
       if (joins) {
         Response& r = ready.back();
         if (lane) {
@@ -386,19 +391,25 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
         }
         bytes += b;
       } else {
+        const Response& cached = cache_.get(pos);
         ready.push_back(cached);
         ready.back().names.reserve(ready.back().names.size() + left);
         ready.back().shapes.reserve(ready.back().shapes.size() + left);
         ready.back().contributors = size_;
         if (lane) ready.back().lane_bytes = b;
-        open = threshold > 0 || !cached.group.empty();
+        open = threshold > 0 || grouped;
         bytes = b;
+        open_traits = cache_.traits(pos);
+        open_traits.contributors = size_;
+        open_grouped = grouped;
       }
       // Response::lanes: empty while no member is in a lane, else one position per name.
       if (Response& r = ready.back(); lane || !r.lanes.empty()) {
         if (r.lanes.empty()) r.lanes.reserve(r.names.size() + left);
-        r.lanes.resize(r.names.size(), kNoLane);
-        if (lane) r.lanes.back() = pos;
+        if (r.lanes.size() + 1 == r.names.size())
+          r.lanes.push_back(lane ? pos : kNoLane);
+        else
+          r.lanes.resize(r.names.size(), kNoLane), r.lanes.back() = lane ? pos : kNoLane;
       }
       cache_.touch(pos);
     }

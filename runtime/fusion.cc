@@ -18,8 +18,7 @@ bool fusable(const Response& r) {
 }
 
 bool compatible(const Response& a, const Response& b) {
-  return a.dtype == b.dtype && a.device_kind == b.device_kind && a.reduce_op == b.reduce_op &&
-         a.prescale == b.prescale && a.postscale == b.postscale && a.contributors == b.contributors;
+  return same_parameters(fusion_traits(a), fusion_traits(b));
 }
 
 // Moves r's names and shapes (and lanes) to the end of into's (r is left without them).
@@ -40,8 +39,20 @@ void append(Response& into, Response& r) {
 
 }  // namespace
 
+FusionTraits fusion_traits(const Response& r) {
+  FusionTraits t;
+  t.fusable = fusable(r);
+  t.dtype = r.dtype;
+  t.device_kind = r.device_kind;
+  t.reduce_op = r.reduce_op;
+  t.contributors = r.contributors;
+  t.prescale = r.prescale;
+  t.postscale = r.postscale;
+  return t;
+}
+
 bool can_fuse(const Response& bucket, const Response& next) {
-  return fusable(bucket) && fusable(next) && compatible(bucket, next);
+  return can_fuse(fusion_traits(bucket), fusion_traits(next));
 }
 
 int64_t response_bytes(const Response& r) {

@@ -26,6 +26,25 @@ int64_t response_bytes(const Response& r);
 // Whether plan_fusion may pack `next` into the same buffer as `bucket` (threshold aside): both
 // allreduce responses without an error and with the same parameters.
 bool can_fuse(const Response& bucket, const Response& next);
+// What can_fuse() reads of a response, on its own: the response cache keeps it per entry so that
+// its fast path fuses a hit without reading the cached response (runtime/response_cache.h).
+struct FusionTraits {
+  bool fusable = false;  // an allreduce without an error, not a group unit
+  DataType dtype = DataType::kFloat32;
+  Device::Kind device_kind = Device::kCPU;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int32_t contributors = 0;
+  double prescale = 1.0, postscale = 1.0;
+};
+FusionTraits fusion_traits(const Response& r);
+// The same parameters (dtype, device kind, reduce op, scale factors, contributors).
+inline bool same_parameters(const FusionTraits& a, const FusionTraits& b) {
+  return a.dtype == b.dtype && a.device_kind == b.device_kind && a.reduce_op == b.reduce_op &&
+         a.prescale == b.prescale && a.postscale == b.postscale && a.contributors == b.contributors;
+}
+inline bool can_fuse(const FusionTraits& bucket, const FusionTraits& next) {
+  return bucket.fusable && next.fusable && same_parameters(bucket, next);
+}
 std::vector<Response> plan_fusion(std::vector<Response> responses, const FusionOptions& options);
 
 }  // namespace hvd

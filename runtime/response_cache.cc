@@ -49,7 +49,7 @@ int64_t ResponseCache::put(const Response& single) {
       while (pos < slots_.size() && slots_[pos].has_value()) ++pos;
       if (pos == slots_.size()) {
         slots_.emplace_back();
-        bytes_.push_back(0);
+        dense_.emplace_back();
         lru_prev_.push_back(kEnd);
         lru_next_.push_back(kEnd);
       }
@@ -64,7 +64,7 @@ int64_t ResponseCache::put(const Response& single) {
   Response& r = slots_[pos]->response;
   r.lanes.clear();
   r.lane_bytes = 0;
-  bytes_[pos] = response_bytes(r);
+  dense_[pos] = Dense{response_bytes(r), fusion_traits(r), !r.group.empty()};
   return pos;
 }
 

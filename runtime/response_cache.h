@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/fusion.h"
 #include "runtime/message.h"
 #include "runtime/name_index.h"
 
@@ -42,7 +43,10 @@ class ResponseCache {
   Lookup lookup(const Request& request, uint32_t* position) const;
   const Response& get(uint32_t position) const;
   // response_bytes(get(position)), computed once when it was put.
-  int64_t bytes(uint32_t position) const { return bytes_[position]; }
+  int64_t bytes(uint32_t position) const { return dense_[position].bytes; }
+  // fusion_traits(get(position)), and whether it belongs to a group, likewise.
+  const FusionTraits& traits(uint32_t position) const { return dense_[position].traits; }
+  bool grouped(uint32_t position) const { return dense_[position].grouped; }
   // Inserts or replaces a single-tensor response (names.size() == 1) and marks it most recently
   // used. When full, the least recently used entry is evicted and its position reused. Returns
   // the position it holds now, or -1 when not cached (not cacheable, capacity 0).
@@ -66,7 +70,12 @@ class ResponseCache {
   // Per position, beside the slots: the fast path reads these for every hit of every cycle, and
   // dense arrays keep them in a few cache lines (a slot's response, or a node of a std::list per
   // entry, is a line of its own, out of the cache again by the next step).
-  std::vector<int64_t> bytes_;
+  struct Dense {
+    int64_t bytes = 0;
+    FusionTraits traits;
+    bool grouped = false;
+  };
+  std::vector<Dense> dense_;
   // The LRU order, a doubly linked list through positions (kEnd: none); head: most recently used.
   static constexpr uint32_t kEnd = UINT32_MAX;
   std::vector<uint32_t> lru_prev_, lru_next_;

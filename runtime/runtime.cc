@@ -365,7 +365,12 @@ void Runtime::loop() {
         controller_->sync_lanes();
         worked = !responses.empty();
         // The names and shapes the requests brought, for the next submissions (runtime/spares.h).
-        for (auto& r : responses) detail::Spares::give(&r.names, &r.shapes);
+        // A response whose members all came through lanes has none (its names and shapes are
+        // empty placeholders: Response::lanes).
+        for (auto& r : responses)
+          if (r.lanes.empty() ||
+              std::find(r.lanes.begin(), r.lanes.end(), kNoLane) != r.lanes.end())
+            detail::Spares::give(&r.names, &r.shapes);
       }
       if (shutdown) break;
       if (check_stalls()) continue;  // the next cycle delivers the errors and stops every rank
