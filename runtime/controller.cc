@@ -363,10 +363,9 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(hits));
       hits &= hits - 1;
       --left;
-      if (!cache_.occupied(pos))
-        throw InternalError("response cache: no entry at position " + std::to_string(pos));
-      const int64_t b = cache_.bytes(pos);
-      const bool grouped = cache_.grouped(pos);
+      const ResponseCache::Fast& hit = cache_.fast(pos);
+      const int64_t b = hit.bytes;
+      const bool grouped = hit.grouped;
       // This rank's own request for the position (its bit is in the AND): its name and shape are
       // the cached ones (the lookup compared them), and are moved, not copied, into the response.
       // A lane's submission has none: its member is left without them.
@@ -375,7 +374,7 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       // A group's members join the open response of their group whatever the threshold (a group
       // is one unit for plan_fusion, run whole); ungrouped ones join an ungrouped response up to
       // the threshold. (can_fuse(ready.back(), the cached response), from the traits.)
-      const bool joins = open && can_fuse(open_traits, cache_.traits(pos)) &&
+      const bool joins = open && can_fuse(open_traits, hit.traits) &&
                          (!grouped ? !open_grouped && bytes + b <= threshold
                                    : ready.back().group == cache_.get(pos).group);
       if (joins) {
@@ -399,17 +398,15 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
         if (lane) ready.back().lane_bytes = b;
         open = threshold > 0 || grouped;
         bytes = b;
-        open_traits = cache_.traits(pos);
+        open_traits = hit.traits;
         open_traits.contributors = size_;
         open_grouped = grouped;
       }
       // Response::lanes: empty while no member is in a lane, else one position per name.
       if (Response& r = ready.back(); lane || !r.lanes.empty()) {
         if (r.lanes.empty()) r.lanes.reserve(r.names.size() + left);
-        if (r.lanes.size() + 1 == r.names.size())
-          r.lanes.push_back(lane ? pos : kNoLane);
-        else
-          r.lanes.resize(r.names.size(), kNoLane), r.lanes.back() = lane ? pos : kNoLane;
+        r.lanes.resize(r.names.size() - 1, kNoLane);  // (no-op once every member has an entry)
+        r.lanes.push_back(lane ? pos : kNoLane);
       }
       cache_.touch(pos);
     }

@@ -27,10 +27,19 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& q, uint32_t* position
   return same ? Lookup::kHit : Lookup::kInvalid;
 }
 
-const Response& ResponseCache::get(uint32_t position) const {
+void ResponseCache::require(uint32_t position) const {
   if (!occupied(position))
     throw InternalError("response cache: no entry at position " + std::to_string(position));
+}
+
+const Response& ResponseCache::get(uint32_t position) const {
+  require(position);
   return slots_[position]->response;
+}
+
+const ResponseCache::Fast& ResponseCache::fast(uint32_t position) const {
+  require(position);
+  return fast_[position];
 }
 
 int64_t ResponseCache::put(const Response& single) {
@@ -49,7 +58,7 @@ int64_t ResponseCache::put(const Response& single) {
       while (pos < slots_.size() && slots_[pos].has_value()) ++pos;
       if (pos == slots_.size()) {
         slots_.emplace_back();
-        dense_.emplace_back();
+        fast_.emplace_back();
         lru_prev_.push_back(kEnd);
         lru_next_.push_back(kEnd);
       }
@@ -64,7 +73,7 @@ int64_t ResponseCache::put(const Response& single) {
   Response& r = slots_[pos]->response;
   r.lanes.clear();
   r.lane_bytes = 0;
-  dense_[pos] = Dense{response_bytes(r), fusion_traits(r), !r.group.empty()};
+  fast_[pos] = Fast{response_bytes(r), fusion_traits(r), !r.group.empty()};
   return pos;
 }
 

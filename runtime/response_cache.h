@@ -42,11 +42,14 @@ class ResponseCache {
   // the entry's position.
   Lookup lookup(const Request& request, uint32_t* position) const;
   const Response& get(uint32_t position) const;
-  // response_bytes(get(position)), computed once when it was put.
-  int64_t bytes(uint32_t position) const { return dense_[position].bytes; }
-  // fusion_traits(get(position)), and whether it belongs to a group, likewise.
-  const FusionTraits& traits(uint32_t position) const { return dense_[position].traits; }
-  bool grouped(uint32_t position) const { return dense_[position].grouped; }
+  // What the fast path reads of an entry, computed once when it was put: response_bytes(),
+  // fusion_traits() and whether it belongs to a group. Throws as get() does.
+  struct Fast {
+    int64_t bytes = 0;
+    FusionTraits traits;
+    bool grouped = false;
+  };
+  const Fast& fast(uint32_t position) const;
   // Inserts or replaces a single-tensor response (names.size() == 1) and marks it most recently
   // used. When full, the least recently used entry is evicted and its position reused. Returns
   // the position it holds now, or -1 when not cached (not cacheable, capacity 0).
@@ -70,12 +73,8 @@ class ResponseCache {
   // Per position, beside the slots: the fast path reads these for every hit of every cycle, and
   // dense arrays keep them in a few cache lines (a slot's response, or a node of a std::list per
   // entry, is a line of its own, out of the cache again by the next step).
-  struct Dense {
-    int64_t bytes = 0;
-    FusionTraits traits;
-    bool grouped = false;
-  };
-  std::vector<Dense> dense_;
+  std::vector<Fast> fast_;
+  void require(uint32_t position) const;  // occupied, or the InternalError
   // The LRU order, a doubly linked list through positions (kEnd: none); head: most recently used.
   static constexpr uint32_t kEnd = UINT32_MAX;
   std::vector<uint32_t> lru_prev_, lru_next_;
