@@ -210,7 +210,6 @@ void Executor::perform_unit(const Response& r) {
       }
       oe.input = std::move(in[k]);
       oe.output = std::move(out[k]);
-      oe.result = &unit->handle->output;
       b.op.entries.push_back(std::move(oe));
     }
     b.handles.push_back(unit->handle);
@@ -253,6 +252,9 @@ bool Executor::perform_control(const Response& r) {
 void Executor::take_entries(const Response& r, Batch& b) {
   b.handles.reserve(r.names.size());
   b.op.entries.reserve(r.names.size());
+  const bool makes_result = b.op.type == ops::CollectiveType::kAllgather ||
+                            b.op.type == ops::CollectiveType::kAlltoall ||
+                            b.op.type == ops::CollectiveType::kReducescatter;
   queue_.take_all(r.names, r.lanes, [&](size_t i, TensorTableEntry* e) {
     ops::OpEntry& oe = b.op.entries.emplace_back();
     if (e) {
@@ -264,8 +266,11 @@ void Executor::take_entries(const Response& r, Batch& b) {
       oe.input = std::move(e->input);
       oe.output = std::move(e->output);
       oe.splits = std::move(e->splits);
-      oe.result = &e->handle->output;
-      oe.received_splits = &e->handle->received_splits;
+      if (makes_result) {  // (an allreduce's handle has no results: HandleState::Results)
+        detail::HandleState::Results& res = e->handle->results();
+        oe.result = &res.output;
+        oe.received_splits = &res.received_splits;
+      }
       b.op.device = oe.input.device();
       b.handles.push_back(std::move(e->handle));
       return;

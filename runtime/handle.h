@@ -84,29 +84,49 @@ struct HandleState {
   static constexpr int kRunning = 0, kFinishing = 1, kDone = 2, kPhase = 3, kWaiter = 4;
   mutable std::atomic<int> phase{kRunning};
   std::atomic<int> pending;
-  // Written once, before `phase` becomes kDone (output and received_splits by the op, join_result
-  // by the executor); read after done(), whose acquire load makes them visible: no lock.
+  // Written once, before `phase` becomes kDone (join_result by the executor, the results by the
+  // op or fail()); read after done(), whose acquire load makes them visible: no lock.
   ErrorKind error_kind = ErrorKind::kNone;
-  std::string error;
-  Tensor output;                         // allgather / alltoall / reducescatter result
-  std::vector<int64_t> received_splits;  // alltoall
   int join_result = -1;
   // The WakeSignal::pops number that takes this operation's requests (0: none travel through the
   // queue's requests). Set before the handle reaches the user.
   uint64_t popped_by = 0;
 
+  // What only some operations leave: a failure's message, the result of an allgather, alltoall or
+  // reducescatter, alltoall's received splits. Made on first use, so that the state of an
+  // allreduce (a trainer's thousand per step) is 32 bytes: with the shared_ptr's control block it
+  // fills one cache line of the pool (make_handle_state), where the three lines of a state with
+  // these inline were each touched when a state was made, completed, waited on and dropped.
+  struct Results {
+    std::string error;
+    Tensor output;                         // allgather / alltoall / reducescatter result
+    std::vector<int64_t> received_splits;  // alltoall
+  };
+  // Made on the first call, from any thread (the first of two racing calls wins; the other's is
+  // freed): the op, fail() or the user's Handle::output(), which comes after the wait.
+  Results& results() const;
+  // Without making them: null when no one asked for them.
+  const Results* results_if_any() const { return results_.load(std::memory_order_acquire); }
+
+  HandleState(const HandleState&) = delete;
+  HandleState& operator=(const HandleState&) = delete;
+  ~HandleState() { delete results_.load(std::memory_order_relaxed); }
+
  private:
   bool claim();    // kRunning -> kFinishing: this thread writes the outcome
   void publish();  // -> kDone, and wake the waiters
+  mutable std::atomic<Results*> results_{nullptr};
 };
 
 // A new HandleState, its memory (with the shared_ptr's control block) taken from a process-wide
-// pool of recycled blocks. A step submits its tensors in a burst and drops their handles in the
-// next: 1000 blocks of ~250 bytes each way overflow malloc's per-thread cache (7 blocks per size)
-// into its locked arena path, which cost more instructions than the rest of a handle's life
-// (docs/benchmarks.md, "Instructions per tensor"). Each thread takes and gives blocks of its own
-// without a lock (up to 128), trading them 64 at a time with a shared list of at most 8192 blocks
-// (4 MiB); under AddressSanitizer the pool is bypassed, so that a use after free is still caught.
+// pool of recycled 64-byte blocks, one cache line each. A step submits its tensors in a burst and
+// drops their handles in the next: 1000 blocks each way overflow malloc's per-thread cache (7
+// blocks per size) into its locked arena path, which cost more instructions than the rest of a
+// handle's life (docs/benchmarks.md, "Instructions per tensor"). Each thread takes and gives blocks
+// of its own without a lock (up to 128), trading them 64 at a time with a shared list. The first
+// 8192 blocks are carved side by side from one region (512 KiB), which the list keeps; it keeps
+// others while it holds fewer than 8192 blocks. Under AddressSanitizer the pool is bypassed, so
+// that a use after free is still caught.
 std::shared_ptr<HandleState> make_handle_state(int pending_tensors);
 // Whether make_handle_state() uses the pool (not under AddressSanitizer), and the blocks it holds
 // now: the shared list's and the calling thread's own (tests).

@@ -111,12 +111,8 @@ void TensorQueue::prefetch_next_locked(const Lane& l) const {
   const Lane& n = lanes_[l.next];  // (its lines came in at the submission before this one)
   __builtin_prefetch(n.name.data());
   __builtin_prefetch(n.caller_name);  // (a prefetch never faults)
-  // The state and, before it, the shared_ptr's control block (make_handle_state's one allocation).
-  if (n.last_handle) {
-    const char* h = reinterpret_cast<const char*>(n.last_handle) - 32;
-    for (size_t off = 0; off < sizeof(detail::HandleState) + 32; off += 64)
-      __builtin_prefetch(h + off, 1);
-  }
+  // The state with the shared_ptr's control block: one line (make_handle_state's block).
+  if (n.last_handle) __builtin_prefetch(n.last_handle, 1);
   if (n.next >= lanes_.size()) return;
   const char* after = reinterpret_cast<const char*>(&lanes_[n.next]);
   for (size_t off = 0; off < sizeof(Lane); off += 64) __builtin_prefetch(after + off, 1);

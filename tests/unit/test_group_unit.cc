@@ -170,7 +170,7 @@ TEST(GroupUnit, TheQueueExpandsAUnitIntoItsMembersSharingItsHandle) {
     m->handle->complete_one();
   }
   EXPECT_TRUE(handle->done());
-  EXPECT_TRUE(handle->error.empty());
+  EXPECT_EQ(handle->results_if_any(), nullptr);
   EXPECT_EQ(queue.expand_unit("gone", 0), "") << "an entry no longer there expands to nothing";
 }
 
@@ -190,7 +190,7 @@ TEST(GroupUnit, AMemberNameInFlightFailsTheUnitAndLeavesThatTensorAlone) {
             "2) is already in flight on rank 1. Wait for that tensor's handle first, or give the "
             "group another name.");
   EXPECT_TRUE(handle->done());
-  EXPECT_EQ(handle->error, error);
+  EXPECT_EQ(handle->results().error, error);
   EXPECT_EQ(queue.size(), 1u);
   auto left = queue.take("grads.2");
   ASSERT_TRUE(left.has_value());

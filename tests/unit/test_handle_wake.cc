@@ -81,7 +81,7 @@ TEST(HandleWake, FailuresWakeWaitersAndDoneHandlesNeedNoWait) {
   failed->fail(ErrorKind::kCommunication, "rank 1 was lost");
   waiter.join();
   EXPECT_TRUE(failed->done());
-  EXPECT_EQ(failed->error, "rank 1 was lost");
+  EXPECT_EQ(failed->results().error, "rank 1 was lost");
   auto early = make_handle_state(1);
   early->complete_one();
   const long before = t_futex_calls;

@@ -214,9 +214,9 @@ TEST(TensorQueueLanes, CloseFailsTheLanesSubmissions) {
   EXPECT_TRUE(queue.waiting().any);
   queue.close(detail::ErrorKind::kInvalidArgument, "closed for the test");
   EXPECT_TRUE(h->done());
-  EXPECT_NE(h->error.find("allreduce of 'w' did not complete: closed for the test"),
+  EXPECT_NE(h->results().error.find("allreduce of 'w' did not complete: closed for the test"),
             std::string::npos)
-      << h->error;
+      << h->results().error;
   // No lane is left: the caller goes the ordinary way, which refuses it with the closing error.
   TensorRef in2(nullptr, DataType::kFloat32, {3}), out2 = in2;
   EXPECT_EQ(
