@@ -1,5 +1,7 @@
 #include "comm/watchdog.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -77,6 +79,7 @@ Watchdog::Watchdog(MPI_Comm world, int rank, int size, bool thread_multiple,
   if (size_ <= 1) return;
   if (thread_multiple) MPI_CHECK(MPI_Comm_dup(world, &probe_comm_));
   thread_ = std::thread([this] { run(); });
+  pthread_setname_np(thread_.native_handle(), "hvd-watchdog");
 }
 
 Watchdog::~Watchdog() { stop(); }

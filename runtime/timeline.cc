@@ -1,5 +1,7 @@
 #include "runtime/timeline.h"
 
+#include <pthread.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -17,6 +19,7 @@ Timeline::Timeline(const std::string& path, bool mark_cycles)
   std::fputs("[\n", file_);
   push("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"hvd rank 0\"}}");
   thread_ = std::thread([this] { writer(); });
+  pthread_setname_np(thread_.native_handle(), "hvd-timeline");
 }
 
 Timeline::~Timeline() { close(); }

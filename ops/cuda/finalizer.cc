@@ -1,5 +1,7 @@
 #include "ops/cuda/finalizer.h"
 
+#include <pthread.h>
+
 #include "common/backoff.h"
 
 namespace hvd::ops::cuda {
@@ -15,6 +17,7 @@ std::string event_error(cudaError_t rc) {
 
 Finalizer::Finalizer(CudaContext& ctx, int64_t poll_us) : ctx_(ctx), poll_us_(poll_us) {
   thread_ = std::thread([this] { run(); });
+  pthread_setname_np(thread_.native_handle(), "hvd-finalizer");
 }
 
 Finalizer::~Finalizer() {
