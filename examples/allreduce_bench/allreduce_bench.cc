@@ -18,12 +18,14 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -55,10 +57,19 @@ struct Measure {
   int64_t wrong = 0;
 };
 
+// --interleaved: iteration pairs of hvd and the hand-fused call (already combined over ranks).
+struct Pairs {
+  int n = 0;
+  double hvd_us = 0, fused_us = 0;   // medians over the pairs
+  double ratio = 0, q1 = 0, q3 = 0;  // median and quartiles of the pairs' hvd / hand-fused
+  int64_t wrong = 0;                 // hvd's values checked after the pairs, summed over ranks
+};
+
 struct Row {
   Case c;
   Measure hvd, unfused, fused;
   std::vector<Measure> by_compression;  // --compression: one per value; hvd is the first
+  Pairs pairs;
 };
 
 // K inputs, K outputs (the inputs themselves in place) and (for the fused baseline) one buffer for
@@ -154,6 +165,56 @@ Measure measure_row(const Options& o, Buffers& b, int rank, int nranks, Once&& o
   return m;
 }
 
+// The value at fraction q of sorted v (nearest rank).
+double quantile(const std::vector<double>& v, double q) {
+  return v.empty() ? 0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+// --interleaved: o.warmup untimed pairs, then o.iters pairs of (barrier, once(), barrier,
+// fused()), each side's time the mean over ranks; then hvd's result checked on fresh inputs.
+template <class Once, class Fused>
+Pairs interleave(const Options& o, Buffers& b, int rank, int nranks, Once&& once, Fused&& fused) {
+  b.fill_inputs(rank, nranks);
+  b.poison_outputs();
+  for (int i = 0; i < o.warmup; ++i) {
+    once();
+    fused();
+  }
+  std::vector<double> h(static_cast<std::size_t>(o.iters)), f(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = now_us();
+    once();
+    h[i] = now_us() - t0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = now_us();
+    fused();
+    f[i] = now_us() - t0;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, h.data(), o.iters, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, f.data(), o.iters, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  Pairs p;
+  p.n = o.iters;
+  std::vector<double> r;
+  for (std::size_t i = 0; i < h.size(); ++i)
+    if (f[i] > 0) r.push_back(h[i] / f[i]);
+  std::sort(r.begin(), r.end());
+  std::sort(h.begin(), h.end());
+  std::sort(f.begin(), f.end());
+  p.hvd_us = quantile(h, 0.5) / nranks;
+  p.fused_us = quantile(f, 0.5) / nranks;
+  p.ratio = quantile(r, 0.5);
+  p.q1 = quantile(r, 0.25);
+  p.q3 = quantile(r, 0.75);
+  b.fill_inputs(rank, nranks);
+  b.poison_outputs();
+  MPI_Barrier(MPI_COMM_WORLD);
+  once();
+  p.wrong = b.count_wrong_outputs(nranks);
+  MPI_Allreduce(MPI_IN_PLACE, &p.wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+  return p;
+}
+
 std::vector<Case> make_cases(const Options& o) {
   std::vector<Case> cases;
   for (DataType t : o.dtypes) {
@@ -198,9 +259,12 @@ void run_baselines(const Options& o, int rank, int nranks, std::vector<Row>& row
 // applies. The result goes to row.by_compression[slot] (and row.hvd for slot 0).
 void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows, std::size_t slot) {
   auto barrier = [] { hvd::barrier(); };
+  const bool pairs = o.interleaved && slot == 0;
+  std::optional<MpiBaseline> mpi;
+  if (pairs) mpi.emplace(MPI_COMM_WORLD);
   for (Row& row : rows) {
     const Case& c = row.c;
-    Buffers b(c, o.tensors, false);
+    Buffers b(c, o.tensors, pairs);
     std::vector<hvd::TensorRef> ins, outs;
     std::vector<std::string> names;
     for (int k = 0; k < o.tensors; ++k) {
@@ -227,6 +291,10 @@ void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows, std
       store(c.dtype, b.out[0], 0, load(c.dtype, b.out[0], 0) + 1);
     m.wrong = b.count_wrong_outputs(nranks);
     if (slot == 0) row.hvd = m;
+    if (pairs)
+      row.pairs = interleave(o, b, rank, nranks, once, [&] {
+        mpi->run_fused(c.dtype, c.op, b.in, b.out, c.count, b.fused.data());
+      });
   }
 }
 
@@ -404,6 +472,26 @@ void print_compression_table(const Options& o, const std::vector<Row>& rows) {
   std::fflush(stdout);
 }
 
+// --interleaved: per row, the pairs' medians and the median (quartiles) of their ratios.
+void print_pairs_table(const Options& o, const std::vector<Row>& rows) {
+  std::printf(
+      "# interleaved: %d pairs per row of (barrier, one hvd iteration, barrier, one "
+      "hand-fused iteration),\n# each side the mean over ranks; medians over the pairs\n",
+      o.iters);
+  std::printf("# %10s %9s %6s  %12s %15s  %14s %15s %6s", "size(B)", "type", "redop", "hvd(us)",
+              "hand-fused(us)", "hvd/hand-fused", "quartiles", "#wrong");
+  end_row(o, "place");
+  for (const Row& r : rows) {
+    const Pairs& p = r.pairs;
+    std::printf("  %10lld %9s %6s  %12.2f %15.2f  %14.3f %7.3f-%-7.3f %6lld",
+                static_cast<long long>(r.c.bytes), type_name(r.c.dtype), op_name(r.c.op), p.hvd_us,
+                p.fused_us, p.ratio, p.q1, p.q3, static_cast<long long>(p.wrong));
+    end_row(o, place_name(r.c));
+  }
+  std::printf("#\n");
+  std::fflush(stdout);
+}
+
 int run(int argc, char** argv, int rank, int nranks) {
   Options o;
   try {
@@ -420,7 +508,7 @@ int run(int argc, char** argv, int rank, int nranks) {
   std::vector<Row> rows;
   const std::size_t slots = o.compressions.empty() ? 1 : o.compressions.size();
   for (const Case& c : make_cases(o))
-    rows.push_back(Row{c, {}, {}, {}, std::vector<Measure>(slots)});
+    rows.push_back(Row{c, {}, {}, {}, std::vector<Measure>(slots), {}});
 
   if (rank == 0) print_header(o, nranks);
   print_ranks(rank, nranks);
@@ -452,7 +540,9 @@ int run(int argc, char** argv, int rank, int nranks) {
     wrong += r.unfused.wrong + r.fused.wrong;
     for (const Measure& m : r.by_compression) wrong += m.wrong;
   }
+  for (const Row& r : rows) wrong += r.pairs.wrong;
   if (rank == 0) print_table(o, rows, nranks);
+  if (rank == 0 && o.interleaved) print_pairs_table(o, rows);
   if (rank == 0 && !o.compressions.empty()) print_compression_table(o, rows);
   return wrong == 0 ? 0 : 1;
 }

@@ -96,6 +96,10 @@ Options parse_options(int argc, char** argv) {
       o.grouped = true;
       continue;
     }
+    if (flag == "--interleaved") {
+      o.interleaved = true;
+      continue;
+    }
     if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
@@ -145,6 +149,9 @@ Options parse_options(int argc, char** argv) {
       throw std::invalid_argument("unknown flag '" + flag + "' (see --help)");
     }
   }
+  if (o.interleaved && o.tensors < 2)
+    throw std::invalid_argument(
+        "--interleaved compares hvd with the hand-fused call, which needs --tensors K > 1");
   if (o.min_bytes > o.max_bytes) {
     throw std::invalid_argument("-b/--minbytes " + std::to_string(o.min_bytes) +
                                 " is larger than -e/--maxbytes " + std::to_string(o.max_bytes));
@@ -156,7 +163,7 @@ std::string usage(const char* program) {
   return std::string("usage: mpirun -np N ") + program +
          " [-b minbytes] [-e maxbytes] [-f stepfactor] [-d datatype] [-o op]\n"
          "          [-n iters] [-w warmup_iters] [--tensors K] [--grouped] [--inject-wrong]\n"
-         "          [--compression none,fp16,bf16] [--placement out|in|both]\n"
+         "          [--compression none,fp16,bf16] [--placement out|in|both] [--interleaved]\n"
          "  -b, --minbytes SIZE      smallest message per tensor (default 32M; K/M/G suffixes)\n"
          "  -e, --maxbytes SIZE      largest message per tensor (default 32M)\n"
          "  -f, --stepfactor N       multiply the size by N between rows (default 2)\n"
@@ -178,6 +185,10 @@ std::string usage(const char* program) {
          "      --placement P        out: in -> out, the inputs stay (default); in: in place, the\n"
          "                           result overwrites the input (hvd with input == output, MPI\n"
          "                           with MPI_IN_PLACE); both: each row both ways\n"
+         "      --interleaved        then -n pairs of one hvd iteration and one hand-fused one\n"
+         "                           (a barrier before each; needs --tensors K > 1), and a table\n"
+         "                           of the median of the pairs' hvd/hand-fused ratios: steadier\n"
+         "                           than the table's ratio where the machine's speed drifts\n"
          "Exit status: 0 all values right, 1 some value wrong, 2 bad usage, 3 hvd or MPI error.\n";
 }
 

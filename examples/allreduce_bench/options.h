@@ -10,6 +10,7 @@
 //   --inject-wrong      corrupt one value of hvd's result on rank 0 (tests the checker)
 //   --compression LIST  run hvd once per HVD_COMPRESSION value (none,fp16,bf16) in this process
 //   --placement P       out (in -> out), in (in place: input == output) or both
+//   --interleaved       also times hvd and the hand-fused call in alternating iterations
 // SIZE is a byte count with an optional K, M or G suffix (powers of 1024).
 
 #include <cstdint>
@@ -35,6 +36,10 @@ struct Options {
   bool out_of_place = true;
   bool in_place = false;
   bool inject_wrong = false;
+  // --interleaved: after the table's runs, pairs of iterations (one of hvd, one of the hand-fused
+  // call, a barrier before each), and per row the median of the pairs' ratios: a machine whose
+  // speed drifts between the table's separate runs drifts less within a pair. Needs --tensors > 1.
+  bool interleaved = false;
   // --compression: HVD_COMPRESSION values, hvd measured once per value (init/shutdown in between);
   // empty: once, with the environment as it is.
   std::vector<std::string> compressions;
