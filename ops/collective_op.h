@@ -35,6 +35,12 @@ struct OpEntry {
   std::vector<int64_t>* received_splits = nullptr;  // alltoall: rows received from each rank
 };
 
+// Whether the op of this type writes OpEntry::result (and, for alltoall, received_splits).
+constexpr bool makes_result(CollectiveType t) {
+  return t == CollectiveType::kAllgather || t == CollectiveType::kAlltoall ||
+         t == CollectiveType::kReducescatter;
+}
+
 struct OpBatch {
   CollectiveType type = CollectiveType::kAllreduce;
   DataType dtype = DataType::kFloat32;

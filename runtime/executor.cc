@@ -252,9 +252,7 @@ bool Executor::perform_control(const Response& r) {
 void Executor::take_entries(const Response& r, Batch& b) {
   b.handles.reserve(r.names.size());
   b.op.entries.reserve(r.names.size());
-  const bool makes_result = b.op.type == ops::CollectiveType::kAllgather ||
-                            b.op.type == ops::CollectiveType::kAlltoall ||
-                            b.op.type == ops::CollectiveType::kReducescatter;
+  const bool makes_result = ops::makes_result(b.op.type);
   queue_.take_all(r.names, r.lanes, [&](size_t i, TensorTableEntry* e) {
     ops::OpEntry& oe = b.op.entries.emplace_back();
     if (e) {

@@ -453,12 +453,12 @@ void Runtime::wait_for_work(std::chrono::steady_clock::time_point next_cycle,
     if (wake_.waited()) return;  // a user thread waits for what is queued
     const auto now = clock::now();
     if (!looked || w.submissions != seen) {
-      if (looked && !w.last_exact) stretch = std::min(stretch * 2, cycle);
+      if (looked && !w.last_exact) stretch = std::max(window, std::min(stretch * 2, cycle));
       looked = true;
       seen = w.submissions;
       last = w.last_exact ? w.last : now;
     }
-    const auto until = std::min(last + std::max(stretch, window), w.first + cycle);
+    const auto until = std::min(last + stretch, w.first + cycle);
     if (now >= until) return;
     wake_.cv.wait_until(lock, until, [&] { return shutdown_requested_.load() || wake_.waited(); });
   }

@@ -11,8 +11,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <span>
 #include <string>
 #include <thread>
@@ -21,6 +19,7 @@
 #include "hvd/hvd.h"
 #include "ops/host_memory.h"
 #include "tests/mpi/test_collectives_util.h"
+#include "tests/thread_stats.h"
 
 namespace hvdtest {
 namespace {
@@ -58,20 +57,10 @@ TEST_F(LaneWindow, ABurstLongerThanTheWindowWithShortGapsRunsAsOneBatch) {
       << one_batch << " ran as one batch with a 20 ms window";
 }
 
-// The voluntary context switches so far of this process's thread named `name`, -1 when there is
-// no such thread.
+// The times so far that this process's thread named `name` slept; -1 when there is no such thread.
 long switches_of(const std::string& name) {
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string n;
-    std::getline(comm, n);
-    if (n != name) continue;
-    std::ifstream status(task.path() / "status");
-    for (std::string line; std::getline(status, line);)
-      if (line.rfind("voluntary_ctxt_switches:", 0) == 0)
-        return std::stol(line.substr(line.find(':') + 1));
-  }
-  return -1;
+  const pid_t tid = hvdtest::thread_named(name);
+  return tid == 0 ? -1 : hvdtest::context_switches(tid, /*voluntary_only=*/true);
 }
 
 // The background thread looks at a burst's count of submissions a few times, not once a window:

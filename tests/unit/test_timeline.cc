@@ -16,31 +16,15 @@
 #include <thread>
 
 #include "runtime/timeline.h"
+#include "tests/thread_stats.h"
 
 namespace hvd {
 namespace {
 
-std::set<pid_t> thread_ids() {
-  std::set<pid_t> ids;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
-    ids.insert(static_cast<pid_t>(std::stol(e.path().filename().string())));
-  return ids;
-}
+using hvdtest::thread_ids;
 
 // Times the thread was switched out (it slept, or lost its core): voluntary + nonvoluntary.
-long switches(pid_t tid) {
-  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/status");
-  std::string key;
-  long total = 0;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream fields(line);
-    long n = 0;
-    if (fields >> key >> n &&
-        (key == "voluntary_ctxt_switches:" || key == "nonvoluntary_ctxt_switches:"))
-      total += n;
-  }
-  return total;
-}
+long switches(pid_t tid) { return hvdtest::context_switches(tid, /*voluntary_only=*/false); }
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path);
