@@ -192,11 +192,19 @@ void WakeSignal::notify() {
   cv.notify_one();
 }
 
+namespace {
+void raise_to(std::atomic<uint64_t>& a, uint64_t v) {
+  uint64_t seen = a.load(std::memory_order_relaxed);
+  while (seen < v && !a.compare_exchange_weak(seen, v, std::memory_order_release)) {}
+}
+}  // namespace
+
 void WakeSignal::waiting_for(uint64_t popped_by) {
-  if (popped_by == 0 || pops.load(std::memory_order_acquire) >= popped_by) return;  // taken
-  uint64_t seen = waited_for.load(std::memory_order_relaxed);
-  while (seen < popped_by &&
-         !waited_for.compare_exchange_weak(seen, popped_by, std::memory_order_release)) {}
+  if (popped_by == 0) return;
+  if (pops.load(std::memory_order_acquire) >= popped_by)  // taken: pending, or being performed
+    raise_to(wanted_cycle, cycles.load(std::memory_order_acquire) + 1);
+  else
+    raise_to(waited_for, popped_by);
   notify();
 }
 

@@ -37,6 +37,13 @@ struct WakeSignal {
   // a waiter's requests are in the queue now, and the window closes. Never cleared: the pop makes
   // it stale by itself, so a waiter whose requests were taken meanwhile closes no later window.
   std::atomic<uint64_t> waited_for{0};
+  // Cycles the background thread has started (Runtime::loop).
+  std::atomic<uint64_t> cycles{0};
+  // A user thread blocked on an operation whose requests a pop took already (the controller holds
+  // them until the other ranks have theirs) wants the next cycle to start at once, not one
+  // HVD_CYCLE_TIME after the last (Runtime::loop): the number of the first cycle that may start
+  // after it asked. Never cleared: starting that cycle makes it stale.
+  std::atomic<uint64_t> wanted_cycle{0};
   // notify() calls so far: the background thread polls it for a while before it sleeps.
   std::atomic<uint64_t> notified{0};
   // How long a blocking wait polls before it sleeps, in microseconds (Handle::wait(), the background
@@ -45,11 +52,16 @@ struct WakeSignal {
 
   static WakeSignal& get();
   void notify();  // wakes the background thread (locks mu first: no wake-up can be missed)
-  // A user thread is about to block on an operation whose requests pop number `popped_by` takes.
+  // A user thread is about to block on an operation whose requests pop number `popped_by` takes
+  // (or took: then it wants the next cycle).
   void waiting_for(uint64_t popped_by);
   // The background thread, between two pops: does a blocked user thread wait for queued requests?
   bool waited() const {
     return waited_for.load(std::memory_order_acquire) > pops.load(std::memory_order_relaxed);
+  }
+  // The background thread: does a blocked user thread want the next cycle now?
+  bool cycle_wanted() const {
+    return wanted_cycle.load(std::memory_order_acquire) > cycles.load(std::memory_order_relaxed);
   }
 };
 

@@ -337,6 +337,16 @@ void Runtime::wake() { wake_.notify(); }
 // pair with the other ranks' full ones, so the step's tensors waited a whole extra cycle, while
 // its rank polled for the others on the cores their user threads were submitting on (measured:
 // ~1.5 empty cycles per step of 1000 tensors on 2 ranks before, ~0 after; docs/benchmarks.md).
+// The same pairing has another side: a cycle that one rank's timer started before its user thread
+// submitted pairs with another rank's cycle that carries the step. That rank's requests then stay
+// pending, and it used to sleep a whole HVD_CYCLE_TIME before its next cycle, while the first rank
+// (its user thread now blocked on the same tensors) ran its next cycle at once and waited for it
+// there. So when a user thread is blocked on what a cycle popped (it waited before the pop, or it
+// blocks on it later: WakeSignal::cycle_wanted), and this rank has nothing in flight but popped
+// requests, the next cycle starts at once. Once per wait: a rank whose peers lag for long sleeps
+// between its cycles as before, instead of polling in one cycle after another (measured with 1000
+// cached tensors on 2 ranks and a gap between steps: every other step lost ~1 ms;
+// tests/mpi/test_missed_cycle.cc; docs/benchmarks.md).
 void Runtime::loop() {
   // The fusion window and the cycle are timed waits (a lone all-reduce submitted during compute
   // was negotiated ~140 us after submission instead of ~90 with the default slack).
@@ -351,10 +361,13 @@ void Runtime::loop() {
         std::this_thread::sleep_for(std::chrono::duration<double>(pause.seconds));
       bool shutdown = false;
       bool worked = false;  // this cycle performed an operation: the job is active
+      bool waited = false;  // a user thread was blocked on requests this cycle popped
       {
         // The cycle's MPI calls and the executor's take turns with a one-rank job's inline
         // operations (enqueue_one), which use the same communicators from a user thread.
         std::lock_guard<std::mutex> lock(exec_mu_);
+        waited = wake_.waited();
+        wake_.cycles.fetch_add(1, std::memory_order_release);
         std::vector<Response> responses = controller_->cycle(shutdown_requested_.load(), &shutdown);
         if (timeline_) {
           timeline_->mark_cycle();
@@ -377,6 +390,7 @@ void Runtime::loop() {
       }
       if (shutdown) break;
       if (check_stalls()) continue;  // the next cycle delivers the errors and stops every rank
+      if ((waited || wake_.cycle_wanted()) && queue_.holds_only_popped()) continue;
       wait_for_work(clock::now() + cycle, cycle, worked);
     }
     controller_->finish(2.0);
@@ -395,8 +409,9 @@ void Runtime::loop() {
   watchdog_->background_stopped();
 }
 
-// Returns at `next_cycle`, at shutdown, or once requests are waiting and the fusion window has
-// closed: HVD_FUSION_WINDOW without a new request (the rest of a burst — a backward pass's
+// Returns at `next_cycle`, at shutdown, when a user thread blocked on popped requests wants the
+// next cycle (WakeSignal::cycle_wanted(), see loop()), or once requests are waiting and the fusion
+// window has closed: HVD_FUSION_WINDOW without a new request (the rest of a burst — a backward pass's
 // gradients, a group of async calls — arrives before the negotiation, so it is fused into one
 // response), and at most one cycle time after the first request (a long stream of submissions is
 // still negotiated every HVD_CYCLE_TIME). A lone request thus waits one window, not a cycle. The
@@ -423,7 +438,10 @@ void Runtime::wait_for_work(std::chrono::steady_clock::time_point next_cycle,
       });
   }
   std::unique_lock<std::mutex> lock(wake_.mu);
-  auto submitted = [&] { return shutdown_requested_.load() || queue_.waiting().any; };
+  auto submitted = [&] {
+    return shutdown_requested_.load() || queue_.waiting().any ||
+           (wake_.cycle_wanted() && queue_.holds_only_popped());
+  };
   // A job of one rank with nothing in flight: no other rank takes part in its cycles and nothing
   // here waits for one, so it sleeps until a submission (or the shutdown) instead of waking every
   // HVD_CYCLE_TIME (~20 ms of CPU a second for nothing; a one-rank CPU job runs its operations

@@ -296,6 +296,11 @@ TensorQueue::Waiting TensorQueue::waiting() const {
   return {true, first_request_, last_request_, submissions_, stamped_at_ == submissions_};
 }
 
+bool TensorQueue::holds_only_popped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return requests_.empty() && ready_.empty() && index_.size() + busy_lanes_ > 0;
+}
+
 std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t h = NameIndex::hash(name);

@@ -94,6 +94,9 @@ class TensorQueue {
     bool last_exact = true;
   };
   Waiting waiting() const;
+  // Something is in flight on this rank and all of it was popped (the controller has its
+  // requests, waiting for the other ranks): nothing submitted since the last pop waits.
+  bool holds_only_popped() const;
   std::optional<TensorTableEntry> take(const std::string& name);
   // take() of every name, under one lock (a fused response's tensors): calls take(i, entry) for
   // each names[i] in order, with its entry, or nullptr when there is none (the queue was closed).
