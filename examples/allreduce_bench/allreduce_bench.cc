@@ -26,8 +26,10 @@
 #include <cstring>
 #include <exception>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <hvd/hvd.h>
@@ -57,10 +59,13 @@ struct Measure {
   int64_t wrong = 0;
 };
 
-// --interleaved: iteration pairs of hvd and the hand-fused call (already combined over ranks).
+// --interleaved: iteration pairs of hvd and the hand-fused call (already combined over ranks;
+// --gap-us with one tensor: the raw MPI_Allreduce).
 struct Pairs {
   int n = 0;
-  double hvd_us = 0, fused_us = 0;   // medians over the pairs
+  double hvd_us = 0, fused_us = 0;    // medians over the pairs
+  double hvd_p95 = 0, fused_p95 = 0;  // 95th and 99th percentiles over the pairs
+  double hvd_p99 = 0, fused_p99 = 0;
   double ratio = 0, q1 = 0, q3 = 0;  // median and quartiles of the pairs' hvd / hand-fused
   int64_t wrong = 0;                 // hvd's values checked after the pairs, summed over ranks
 };
@@ -170,8 +175,10 @@ double quantile(const std::vector<double>& v, double q) {
   return v.empty() ? 0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
-// --interleaved: o.warmup untimed pairs, then o.iters pairs of (barrier, once(), barrier,
-// fused()), each side's time the mean over ranks; then hvd's result checked on fresh inputs.
+// --interleaved: o.warmup untimed pairs, then o.iters pairs of (barrier, gap, once(), barrier,
+// gap, fused()), each side's time the mean over ranks; then hvd's result checked on fresh inputs.
+// The gaps (--gap-us G, else none): U[0, G] us from one sequence that every rank draws alike, plus
+// U[0, G/16] us from this rank's own; the same gap before both sides of a pair.
 template <class Once, class Fused>
 Pairs interleave(const Options& o, Buffers& b, int rank, int nranks, Once&& once, Fused&& fused) {
   b.fill_inputs(rank, nranks);
@@ -180,13 +187,21 @@ Pairs interleave(const Options& o, Buffers& b, int rank, int nranks, Once&& once
     once();
     fused();
   }
+  std::mt19937_64 common(12345), own(777 + static_cast<uint64_t>(rank));
+  std::uniform_int_distribution<int64_t> all_ranks(0, o.gap_us), this_rank(0, o.gap_us / 16);
+  auto gap = [](int64_t us) {
+    if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+  };
   std::vector<double> h(static_cast<std::size_t>(o.iters)), f(h.size());
   for (std::size_t i = 0; i < h.size(); ++i) {
+    const int64_t g = o.gap_us > 0 ? all_ranks(common) + this_rank(own) : 0;
     MPI_Barrier(MPI_COMM_WORLD);
+    gap(g);
     double t0 = now_us();
     once();
     h[i] = now_us() - t0;
     MPI_Barrier(MPI_COMM_WORLD);
+    gap(g);
     t0 = now_us();
     fused();
     f[i] = now_us() - t0;
@@ -203,6 +218,10 @@ Pairs interleave(const Options& o, Buffers& b, int rank, int nranks, Once&& once
   std::sort(f.begin(), f.end());
   p.hvd_us = quantile(h, 0.5) / nranks;
   p.fused_us = quantile(f, 0.5) / nranks;
+  p.hvd_p95 = quantile(h, 0.95) / nranks;
+  p.fused_p95 = quantile(f, 0.95) / nranks;
+  p.hvd_p99 = quantile(h, 0.99) / nranks;
+  p.fused_p99 = quantile(f, 0.99) / nranks;
   p.ratio = quantile(r, 0.5);
   p.q1 = quantile(r, 0.25);
   p.q3 = quantile(r, 0.75);
@@ -264,7 +283,7 @@ void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows, std
   if (pairs) mpi.emplace(MPI_COMM_WORLD);
   for (Row& row : rows) {
     const Case& c = row.c;
-    Buffers b(c, o.tensors, pairs);
+    Buffers b(c, o.tensors, pairs && o.tensors > 1);
     std::vector<hvd::TensorRef> ins, outs;
     std::vector<std::string> names;
     for (int k = 0; k < o.tensors; ++k) {
@@ -293,7 +312,10 @@ void run_hvd(const Options& o, int rank, int nranks, std::vector<Row>& rows, std
     if (slot == 0) row.hvd = m;
     if (pairs)
       row.pairs = interleave(o, b, rank, nranks, once, [&] {
-        mpi->run_fused(c.dtype, c.op, b.in, b.out, c.count, b.fused.data());
+        if (o.tensors > 1)
+          mpi->run_fused(c.dtype, c.op, b.in, b.out, c.count, b.fused.data());
+        else
+          mpi->run_unfused(c.dtype, c.op, b.in, b.out, c.count);
       });
   }
 }
@@ -474,18 +496,28 @@ void print_compression_table(const Options& o, const std::vector<Row>& rows) {
 
 // --interleaved: per row, the pairs' medians and the median (quartiles) of their ratios.
 void print_pairs_table(const Options& o, const std::vector<Row>& rows) {
+  const bool fused = o.tensors > 1;
+  const char* other = fused ? "hand-fused" : "MPI_Allreduce";
   std::printf(
-      "# interleaved: %d pairs per row of (barrier, one hvd iteration, barrier, one "
-      "hand-fused iteration),\n# each side the mean over ranks; medians over the pairs\n",
-      o.iters);
-  std::printf("# %10s %9s %6s  %12s %15s  %14s %15s %6s", "size(B)", "type", "redop", "hvd(us)",
-              "hand-fused(us)", "hvd/hand-fused", "quartiles", "#wrong");
+      "# interleaved: %d pairs per row of (barrier, %sone hvd iteration, barrier, %sone %s "
+      "iteration),\n# each side the mean over ranks; medians over the pairs",
+      o.iters, o.gap_us > 0 ? "gap, " : "", o.gap_us > 0 ? "gap, " : "", other);
+  if (o.gap_us > 0)
+    std::printf(
+        ";\n# gap: a sleep of U[0,%lld] us on every rank alike plus U[0,%lld] us of its own",
+        static_cast<long long>(o.gap_us), static_cast<long long>(o.gap_us / 16));
+  std::printf("\n# %10s %9s %6s  %12s %15s  %14s %15s  %10s %10s %10s %10s %6s", "size(B)", "type",
+              "redop", "hvd(us)", fused ? "hand-fused(us)" : "MPI(us)",
+              fused ? "hvd/hand-fused" : "hvd/MPI", "quartiles", "hvd p95", "hvd p99",
+              fused ? "h-f p95" : "MPI p95", fused ? "h-f p99" : "MPI p99", "#wrong");
   end_row(o, "place");
   for (const Row& r : rows) {
     const Pairs& p = r.pairs;
-    std::printf("  %10lld %9s %6s  %12.2f %15.2f  %14.3f %7.3f-%-7.3f %6lld",
-                static_cast<long long>(r.c.bytes), type_name(r.c.dtype), op_name(r.c.op), p.hvd_us,
-                p.fused_us, p.ratio, p.q1, p.q3, static_cast<long long>(p.wrong));
+    std::printf(
+        "  %10lld %9s %6s  %12.2f %15.2f  %14.3f %7.3f-%-7.3f  %10.1f %10.1f %10.1f %10.1f %6lld",
+        static_cast<long long>(r.c.bytes), type_name(r.c.dtype), op_name(r.c.op), p.hvd_us,
+        p.fused_us, p.ratio, p.q1, p.q3, p.hvd_p95, p.hvd_p99, p.fused_p95, p.fused_p99,
+        static_cast<long long>(p.wrong));
     end_row(o, place_name(r.c));
   }
   std::printf("#\n");

@@ -143,13 +143,16 @@ Options parse_options(int argc, char** argv) {
                                     "input == output) or both");
       o.out_of_place = value != "in";
       o.in_place = value != "out";
+    } else if (flag == "--gap-us") {
+      o.gap_us = parse_int(flag, value, 0, 10'000'000);
+      o.interleaved = o.interleaved || o.gap_us > 0;
     } else if (flag == "--tensors") {
       o.tensors = static_cast<int>(parse_int(flag, value, 1, 1 << 20));
     } else {
       throw std::invalid_argument("unknown flag '" + flag + "' (see --help)");
     }
   }
-  if (o.interleaved && o.tensors < 2)
+  if (o.interleaved && o.tensors < 2 && o.gap_us == 0)
     throw std::invalid_argument(
         "--interleaved compares hvd with the hand-fused call, which needs --tensors K > 1");
   if (o.min_bytes > o.max_bytes) {
@@ -164,6 +167,7 @@ std::string usage(const char* program) {
          " [-b minbytes] [-e maxbytes] [-f stepfactor] [-d datatype] [-o op]\n"
          "          [-n iters] [-w warmup_iters] [--tensors K] [--grouped] [--inject-wrong]\n"
          "          [--compression none,fp16,bf16] [--placement out|in|both] [--interleaved]\n"
+         "          [--gap-us G]\n"
          "  -b, --minbytes SIZE      smallest message per tensor (default 32M; K/M/G suffixes)\n"
          "  -e, --maxbytes SIZE      largest message per tensor (default 32M)\n"
          "  -f, --stepfactor N       multiply the size by N between rows (default 2)\n"
@@ -189,6 +193,11 @@ std::string usage(const char* program) {
          "                           (a barrier before each; needs --tensors K > 1), and a table\n"
          "                           of the median of the pairs' hvd/hand-fused ratios: steadier\n"
          "                           than the table's ratio where the machine's speed drifts\n"
+         "      --gap-us G           the --interleaved pairs, each side after a sleep of up to G\n"
+         "                           us (as a trainer's compute between steps: the same U[0,G] on\n"
+         "                           every rank plus U[0,G/16] of its own), with p99 columns; "
+         "with\n"
+         "                           --tensors 1 against one raw MPI_Allreduce (default 0: none)\n"
          "Exit status: 0 all values right, 1 some value wrong, 2 bad usage, 3 hvd or MPI error.\n";
 }
 

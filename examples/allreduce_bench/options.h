@@ -11,6 +11,8 @@
 //   --compression LIST  run hvd once per HVD_COMPRESSION value (none,fp16,bf16) in this process
 //   --placement P       out (in -> out), in (in place: input == output) or both
 //   --interleaved       also times hvd and the hand-fused call in alternating iterations
+//   --gap-us G          the same pairs, each side after a "compute" gap of up to G us (K = 1:
+//                       against one raw MPI_Allreduce)
 // SIZE is a byte count with an optional K, M or G suffix (powers of 1024).
 
 #include <cstdint>
@@ -40,6 +42,11 @@ struct Options {
   // call, a barrier before each), and per row the median of the pairs' ratios: a machine whose
   // speed drifts between the table's separate runs drifts less within a pair. Needs --tensors > 1.
   bool interleaved = false;
+  // --gap-us: the pairs (--interleaved, implied) with a sleep after each barrier, as a trainer's
+  // compute between two steps: the same U[0, G] us on every rank, plus U[0, G/16] us of its own
+  // (ranks never arrive together). The background thread's timed cycles then run between steps,
+  // as in training. With --tensors 1 the pair's other side is one raw MPI_Allreduce. 0: no gap.
+  int64_t gap_us = 0;
   // --compression: HVD_COMPRESSION values, hvd measured once per value (init/shutdown in between);
   // empty: once, with the environment as it is.
   std::vector<std::string> compressions;
