@@ -44,6 +44,8 @@ expected=(
   "64 MiB float32 sum, 2 ranks, out of place|MPI_Allreduce(in, out)"
   "64 MiB float32 sum, 2 ranks, in place|MPI_Allreduce(MPI_IN_PLACE, buf)"
   "one 4-byte float32 sum at a time, 2 ranks|raw"
+  "one 4-byte float32 sum after a 0-3 ms sleep, 2 ranks: median|raw"
+  "one 4-byte float32 sum after a 0-3 ms sleep, 2 ranks: 95th|raw"
   "bursts of 3 all-reduces|1 (the whole burst"
   "bursts of 20 all-reduces|1 (the whole burst"
   "control plane, one negotiation cycle, 2 ranks|star"
