@@ -193,19 +193,26 @@ void WakeSignal::notify() {
 }
 
 namespace {
-void raise_to(std::atomic<uint64_t>& a, uint64_t v) {
+// Raises `a` to `v`; returns whether this call did.
+bool raise_to(std::atomic<uint64_t>& a, uint64_t v) {
   uint64_t seen = a.load(std::memory_order_relaxed);
-  while (seen < v && !a.compare_exchange_weak(seen, v, std::memory_order_release)) {}
+  while (seen < v)
+    if (a.compare_exchange_weak(seen, v, std::memory_order_release)) return true;
+  return false;
 }
 }  // namespace
 
 void WakeSignal::waiting_for(uint64_t popped_by) {
   if (popped_by == 0) return;
-  if (pops.load(std::memory_order_acquire) >= popped_by)  // taken: pending, or being performed
-    raise_to(wanted_cycle, cycles.load(std::memory_order_acquire) + 1);
-  else
+  if (pops.load(std::memory_order_acquire) < popped_by) {
     raise_to(waited_for, popped_by);
-  notify();
+    notify();
+    return;
+  }
+  // Taken (pending for the other ranks, or being performed): a waiter that already asked for the
+  // same cycle woke the background thread for it (a thread that waits on one handle after another
+  // while a batch runs would otherwise lock its mutex once per handle).
+  if (raise_to(wanted_cycle, cycles.load(std::memory_order_acquire) + 1)) notify();
 }
 
 bool HandleState::claim() {

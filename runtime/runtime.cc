@@ -390,7 +390,7 @@ void Runtime::loop() {
       }
       if (shutdown) break;
       if (check_stalls()) continue;  // the next cycle delivers the errors and stops every rank
-      if ((waited || wake_.cycle_wanted()) && queue_.holds_only_popped()) continue;
+      if (next_cycle_now(waited)) continue;
       wait_for_work(clock::now() + cycle, cycle, worked);
     }
     controller_->finish(2.0);
@@ -439,8 +439,7 @@ void Runtime::wait_for_work(std::chrono::steady_clock::time_point next_cycle,
   }
   std::unique_lock<std::mutex> lock(wake_.mu);
   auto submitted = [&] {
-    return shutdown_requested_.load() || queue_.waiting().any ||
-           (wake_.cycle_wanted() && queue_.holds_only_popped());
+    return shutdown_requested_.load() || queue_.waiting().any || next_cycle_now(false);
   };
   // A job of one rank with nothing in flight: no other rank takes part in its cycles and nothing
   // here waits for one, so it sleeps until a submission (or the shutdown) instead of waking every

@@ -89,6 +89,11 @@ class Runtime {
                      std::chrono::steady_clock::duration cycle,
                      bool worked);  // in loop(); worked: the cycle performed an operation
   bool check_stalls();              // rank 0: true when stalled tensors fail and hvd shuts down
+  // A user thread blocked on requests a cycle popped (`waited`: it waited before the pop) wants the
+  // next cycle now, and this rank holds nothing but popped requests (loop()).
+  bool next_cycle_now(bool waited) const {
+    return (waited || wake_.cycle_wanted()) && queue_.holds_only_popped();
+  }
 
   // Built by the constructor and torn down by shutdown(), both on the user thread that runs
   // init()/shutdown(); in between used by the background thread, except where a comment says.
