@@ -10,6 +10,12 @@
 #include "common/logging.h"
 
 namespace hvd::comm {
+
+std::recursive_mutex& mpi_progress_mutex() {
+  static std::recursive_mutex mu;
+  return mu;
+}
+
 namespace {
 
 template <DataType D, ReduceOp O>

@@ -11,9 +11,11 @@
 
 #include <mpi.h>
 
+#include <mutex>
 #include <string>
 
 #include "common/compression.h"
+#include "common/sanitizers.h"
 #include "hvd/tensor.h"
 
 namespace hvd::comm {
@@ -21,9 +23,40 @@ namespace hvd::comm {
 // Throws CommunicationError naming the call, the rank, MPI's error string and the library.
 [[noreturn]] void throw_mpi_error(const char* call, int code, const char* file, int line);
 
+// Under ThreadSanitizer only: the ordering Open MPI gives two threads that both call it, made
+// visible. Open MPI is not built with TSan. A thread other than the background thread that calls
+// MPI (the watchdog, answering liveness probes every 100 ms) runs MPI's progress engine, which may
+// copy a fragment of the background thread's collective into hvd's buffer (or run hvd's fp16
+// reduction on it); the background thread reads that buffer once its own call returns. Open MPI's
+// atomics order the two, but TSan cannot see them and reported the read as a race with the
+// watchdog's write (docs/reliability.md). So in a TSan build MPI_CHECK ends with
+// mpi_progress_seen() and the watchdog holds an MpiProgressScope around its own MPI calls: both
+// take one mutex, so what MPI did inside a watchdog call happens-before what a thread does after
+// its next checked MPI call, as it does in fact. Never while a thread is inside an MPI call of its
+// own (a scope's thread takes the mutex before its call), so no lock order with MPI's own locks.
+// In other builds both are empty.
+std::recursive_mutex& mpi_progress_mutex();
+
+inline void mpi_progress_seen() {
+  if constexpr (kThreadSanitizer) std::lock_guard<std::recursive_mutex> lock(mpi_progress_mutex());
+}
+
+class MpiProgressScope {
+ public:
+  MpiProgressScope() {
+    if constexpr (kThreadSanitizer) mpi_progress_mutex().lock();
+  }
+  ~MpiProgressScope() {
+    if constexpr (kThreadSanitizer) mpi_progress_mutex().unlock();
+  }
+  MpiProgressScope(const MpiProgressScope&) = delete;
+  MpiProgressScope& operator=(const MpiProgressScope&) = delete;
+};
+
 #define MPI_CHECK(call)                                                     \
   do {                                                                      \
     int hvd_mpi_rc_ = (call);                                               \
+    ::hvd::comm::mpi_progress_seen();                                       \
     if (hvd_mpi_rc_ != MPI_SUCCESS)                                         \
       ::hvd::comm::throw_mpi_error(#call, hvd_mpi_rc_, __FILE__, __LINE__); \
   } while (0)

@@ -132,6 +132,7 @@ std::vector<int> Watchdog::probe_peers(const std::vector<int>& targets, bool ans
   std::vector<MPI_Request> sends(n, MPI_REQUEST_NULL), recvs(n, MPI_REQUEST_NULL);
   std::vector<bool> answered(n, false), failed(n, false);
   for (size_t i = 0; i < n; ++i) {
+    const MpiProgressScope progress;
     if (MPI_Irecv(nullptr, 0, MPI_INT, targets[i], kPongTagBase + (round & 0xFFF), probe_comm_,
                   &recvs[i]) != MPI_SUCCESS ||
         MPI_Isend(&payload[i], 1, MPI_INT, targets[i], kPingTag, probe_comm_, &sends[i]) !=
@@ -145,6 +146,7 @@ std::vector<int> Watchdog::probe_peers(const std::vector<int>& targets, bool ans
     for (size_t i = 0; i < n; ++i) {
       if (!answered[i] && !failed[i]) {
         int done = 0;
+        const MpiProgressScope progress;
         if (MPI_Test(&recvs[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)
           answered[i] = true;
       }
@@ -157,7 +159,10 @@ std::vector<int> Watchdog::probe_peers(const std::vector<int>& targets, bool ans
   std::vector<int> lost;
   for (size_t i = 0; i < n; ++i)
     if (!answered[i]) lost.push_back(targets[i]);
-  if (lost.empty()) MPI_Waitall(static_cast<int>(n), sends.data(), MPI_STATUSES_IGNORE);
+  if (lost.empty()) {
+    const MpiProgressScope progress;
+    MPI_Waitall(static_cast<int>(n), sends.data(), MPI_STATUSES_IGNORE);
+  }
   return lost;
 }
 
@@ -167,12 +172,16 @@ void Watchdog::announce_lost(const std::vector<int>& lost) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || std::find(lost.begin(), lost.end(), r) != lost.end()) continue;
     notes.emplace_back(MPI_REQUEST_NULL);
+    const MpiProgressScope progress;
     MPI_Isend(lost.data(), static_cast<int>(lost.size()), MPI_INT, r, kLostTag, probe_comm_,
               &notes.back());
   }
   const auto until = steady_clock::now() + milliseconds(500);
   for (int all = 0; !all && steady_clock::now() < until;) {
-    MPI_Testall(static_cast<int>(notes.size()), notes.data(), &all, MPI_STATUSES_IGNORE);
+    {
+      const MpiProgressScope progress;
+      MPI_Testall(static_cast<int>(notes.size()), notes.data(), &all, MPI_STATUSES_IGNORE);
+    }
     if (!all) std::this_thread::sleep_for(milliseconds(5));
   }
 }
@@ -184,6 +193,7 @@ void Watchdog::answer_pings() {
   for (int i = 0; i < 64; ++i) {
     int flag = 0;
     MPI_Status st;
+    const MpiProgressScope progress;
     if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, probe_comm_, &flag, &st) != MPI_SUCCESS || !flag)
       break;
     int r = 0;
@@ -197,6 +207,7 @@ void Watchdog::answer_pings() {
   check_lost_notice();
   for (size_t i = 0; i < pongs_.size();) {
     int done = 0;
+    const MpiProgressScope progress;
     if (pongs_[i] == MPI_REQUEST_NULL ||
         (MPI_Test(&pongs_[i], &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done)) {
       pongs_.erase(pongs_.begin() + static_cast<long>(i));
@@ -212,11 +223,16 @@ void Watchdog::answer_pings() {
 void Watchdog::check_lost_notice() {
   int flag = 0;
   MPI_Status st;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, kLostTag, probe_comm_, &flag, &st) != MPI_SUCCESS || !flag) return;
-  int count = 0;
-  MPI_Get_count(&st, MPI_INT, &count);
-  std::vector<int> lost(static_cast<size_t>(std::max(count, 0)));
-  MPI_Recv(lost.data(), count, MPI_INT, st.MPI_SOURCE, kLostTag, probe_comm_, MPI_STATUS_IGNORE);
+  std::vector<int> lost;
+  {
+    const MpiProgressScope progress;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kLostTag, probe_comm_, &flag, &st) != MPI_SUCCESS || !flag)
+      return;
+    int count = 0;
+    MPI_Get_count(&st, MPI_INT, &count);
+    lost.resize(static_cast<size_t>(std::max(count, 0)));
+    MPI_Recv(lost.data(), count, MPI_INT, st.MPI_SOURCE, kLostTag, probe_comm_, MPI_STATUS_IGNORE);
+  }
   const auto until = steady_clock::now() + std::chrono::seconds(1);
   while (!stopped_.load() && op_started_ns_.load() == 0 && steady_clock::now() < until)
     std::this_thread::sleep_for(milliseconds(10));
@@ -303,6 +319,7 @@ void Watchdog::run() {
   }
   for (auto& r : pongs_) {
     if (r != MPI_REQUEST_NULL) {
+      const MpiProgressScope progress;
       MPI_Cancel(&r);
       MPI_Request_free(&r);
     }
