@@ -140,6 +140,19 @@ const std::vector<ConfigVar>& config_registry() {
        "gpu-operations",
        1,
        "Backend for GPU tensors: NCCL or MPI."},
+      {"HVD_ENABLE_ASYNC_COMPLETION",
+       ConfigType::kBool,
+       "0",
+       "GPU all-reduce and broadcast: Handle::wait() returns once the operation is queued on the "
+       "GPU, and the output is valid in the order of the stream each tensor names (its TensorRef "
+       "stream; null: the legacy default stream), which waits for hvd's work; the host does not "
+       "wait for the GPU. 0: wait() returns once the GPU work is done (valid on any stream).",
+       {},
+       0,
+       0,
+       "",
+       1,
+       ""},
       {"HVD_COMPRESSION",
        ConfigType::kEnum,
        "none",
@@ -373,6 +386,7 @@ Config load_config(const EnvLookup& env) {
   c.hierarchical_allreduce = get_bool("HVD_HIERARCHICAL_ALLREDUCE");
   c.gpu_operations = get_enum("HVD_GPU_OPERATIONS");
   c.compression = get_enum("HVD_COMPRESSION");
+  c.async_completion = get_bool("HVD_ENABLE_ASYNC_COMPLETION");
   c.timeline_path = get_string("HVD_TIMELINE");
   c.timeline_mark_cycles = get_bool("HVD_TIMELINE_MARK_CYCLES");
   c.stall_check_time_seconds = get_double("HVD_STALL_CHECK_TIME_SECONDS");

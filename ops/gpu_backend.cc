@@ -1,5 +1,6 @@
 #include "ops/gpu_backend.h"
 
+#include "common/logging.h"
 #include "hvd/config.h"
 
 #if HVD_HAVE_CUDA
@@ -17,6 +18,7 @@ struct GpuBackend::Impl {
   std::unique_ptr<cuda::CudaContext> cuda;
   std::unique_ptr<nccl::NcclContext> nccl;
   std::unique_ptr<cuda::Finalizer> finalizer;
+  bool async_completion = false;
 };
 
 GpuBackend::GpuBackend(const comm::MpiContext& mpi, const GpuBackendOptions& options)
@@ -25,6 +27,7 @@ GpuBackend::GpuBackend(const comm::MpiContext& mpi, const GpuBackendOptions& opt
   impl_->cuda = std::make_unique<cuda::CudaContext>(options.device);  // lazy: no CUDA call yet
   if (options.use_nccl) impl_->nccl = std::make_unique<nccl::NcclContext>(mpi, *impl_->cuda);
   impl_->finalizer = std::make_unique<cuda::Finalizer>(*impl_->cuda, options.finalizer_poll_us);
+  impl_->async_completion = options.async_completion;
 }
 
 int GpuBackend::visible_devices() { return cuda::visible_device_count(); }
@@ -45,6 +48,21 @@ void GpuBackend::finish(std::function<void(const std::string&)> done) {
 
 void GpuBackend::discard_pending() {
   if (active() && impl_->finalizer) impl_->finalizer->discard_pending();
+}
+
+bool GpuBackend::async_completion() const { return active() && impl_->async_completion; }
+
+void GpuBackend::finish_ordered(const std::vector<void*>& streams,
+                                std::function<void(const std::string&)> done, std::string what) {
+  if (async_completion() && impl_->finalizer) {
+    auto late = [what = std::move(what)](const std::string& error) {
+      if (!error.empty())
+        HVD_LOG(Error) << what << " failed on the GPU after its handles completed "
+                       << "(HVD_ENABLE_ASYNC_COMPLETION=1): " << error;
+    };
+    if (impl_->finalizer->finish_ordered(streams, done, std::move(late))) return;
+  }
+  finish(std::move(done));
 }
 
 void GpuBackend::shutdown() {
@@ -68,6 +86,11 @@ void GpuBackend::finish(std::function<void(const std::string&)> done) {
   if (done) done("");
 }
 void GpuBackend::discard_pending() {}
+bool GpuBackend::async_completion() const { return false; }
+void GpuBackend::finish_ordered(const std::vector<void*>&,
+                                std::function<void(const std::string&)> done, std::string) {
+  finish(std::move(done));
+}
 void GpuBackend::shutdown() {}
 
 #endif

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/mpi_context.h"
 
@@ -32,6 +33,9 @@ struct GpuBackendOptions {
   // How long the finalizer polls for the next batch after completing one before it sleeps
   // (HVD_WAIT_POLL_US; auto asks for three cores per rank: common/backoff.h). 0: never.
   int64_t finalizer_poll_us = 0;
+  // HVD_ENABLE_ASYNC_COMPLETION: finish_ordered() completes at once, ordered on the outputs'
+  // streams, instead of when the GPU work is done.
+  bool async_completion = false;
 };
 
 class GpuBackend {
@@ -56,6 +60,14 @@ class GpuBackend {
   // the batch's GPU work completed (on the finalizer thread), or here and now for a batch that
   // left no GPU work pending.
   void finish(std::function<void(const std::string& error)> done);
+  // Whether finish_ordered() may complete before the GPU work is done (HVD_ENABLE_ASYNC_COMPLETION
+  // and a GPU path).
+  bool async_completion() const;
+  // finish(), for a batch whose outputs are all device tensors (an all-reduce or a broadcast):
+  // with async_completion(), `streams` (the outputs' TensorRef streams) wait for the batch's work
+  // and done("") runs here and now; a GPU error seen later is logged. Otherwise finish(done).
+  void finish_ordered(const std::vector<void*>& streams,
+                      std::function<void(const std::string& error)> done, std::string what);
   // After OperationManager::execute(batch) threw.
   void discard_pending();
 

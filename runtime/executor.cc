@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <cctype>
 #include <csignal>
 #include <cstdio>
@@ -336,14 +337,35 @@ void Executor::execute(const Response& r, Batch& b) {
   }
   auto done =
       std::make_shared<std::vector<std::shared_ptr<detail::HandleState>>>(std::move(b.handles));
-  gpu_.finish([done, what = what_of(queue_, r)](const std::string& error) {
+  auto complete = [done, what = what_of(queue_, r)](const std::string& error) {
     for (auto& h : *done) {
       if (error.empty())
         h->complete_one();
       else
         h->fail(detail::ErrorKind::kCommunication, what + " failed: " + error);
     }
-  });
+  };
+  // HVD_ENABLE_ASYNC_COMPLETION: an all-reduce or broadcast that wrote only device tensors
+  // completes now, ordered on their streams; anything with a host result (allgather & co, a
+  // joined rank's stand-in) still completes when the GPU work is done.
+  if (gpu_.async_completion() &&
+      (r.type == ResponseType::kAllreduce || r.type == ResponseType::kBroadcast)) {
+    std::vector<void*> streams;
+    bool device_outputs = true;
+    for (const ops::OpEntry& e : b.op.entries) {
+      if (e.output.device().kind != Device::kCUDA) {
+        device_outputs = false;
+        break;
+      }
+      if (std::find(streams.begin(), streams.end(), e.output.stream()) == streams.end())
+        streams.push_back(e.output.stream());
+    }
+    if (device_outputs) {
+      gpu_.finish_ordered(streams, std::move(complete), what_of(queue_, r));
+      return;
+    }
+  }
+  gpu_.finish(std::move(complete));
 }
 
 }  // namespace hvd

@@ -152,6 +152,7 @@ void Runtime::build_operations() {
   go.use_nccl = config_.gpu_operations != "MPI" && !shared;
   go.finalizer_poll_us = wait_poll_us(config_.wait_poll_us, topo.local_size, available_cores(),
                                       /*threads_per_rank=*/3);
+  go.async_completion = config_.async_completion;
   if (gpu_.device >= 0 && config_.gpu_operations != "MPI" && shared && topo.rank == 0)
     HVD_LOG(Warning)
         << "several ranks share a GPU: CUDA tensors go through host-staged MPI instead of NCCL.";

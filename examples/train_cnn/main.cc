@@ -49,6 +49,13 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  // The GPU step queues everything on the model's stream (trainer.cc), so the gradients'
+  // all-reduces may complete once queued: the host goes on queueing the optimizer step and the next
+  // batch while the GPU reduces, instead of waiting for it (docs/gpu.md, "Async completion"). A
+  // value the user set, 0 or 1, in either spelling, is kept. CPU tensors are not affected.
+  if (parsed.flags.device != "cpu" && !std::getenv("HVD_ENABLE_ASYNC_COMPLETION") &&
+      !std::getenv("HOROVOD_ENABLE_ASYNC_COMPLETION"))
+    setenv("HVD_ENABLE_ASYNC_COMPLETION", "1", 0);
   try {
     hvd::init();
   } catch (const std::exception& e) {

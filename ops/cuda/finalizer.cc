@@ -63,6 +63,32 @@ void Finalizer::finish(Callback done) {
   cv_.notify_all();
 }
 
+bool Finalizer::finish_ordered(const std::vector<void*>& streams, const Callback& done,
+                               Callback late_error) {
+  if (pending_ == nullptr) {
+    if (done) done("");
+    return true;
+  }
+  for (void* p : streams) {
+    cudaStream_t s = p ? static_cast<cudaStream_t>(p) : cudaStreamLegacy;
+    if (s == ctx_.stream()) continue;  // hvd's own stream is in order already
+    if (cudaStreamWaitEvent(s, pending_, 0) != cudaSuccess) {
+      cudaGetLastError();  // clear it: finish() then waits on the host, as without the option
+      return false;
+    }
+  }
+  cudaEvent_t e = pending_;
+  pending_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    items_.push_back(Item{e, std::move(late_error)});
+    handed_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
+  if (done) done("");
+  return true;
+}
+
 void Finalizer::run() {
   bool device_set = false;  // set on the first item: an idle finalizer creates no CUDA context
   // The back-off's sleeps last what they ask for (measured on an H200 with the default slack: a

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ops/cuda/cuda_context.h"
 
@@ -49,6 +50,14 @@ class Finalizer {
   // the pending event fired, or here and now when no op set one (a CPU op, or a GPU op that
   // completed synchronously). Each pending event is consumed by exactly one finish().
   void finish(Callback done);
+  // Runtime, with HVD_ENABLE_ASYNC_COMPLETION, after an all-reduce or broadcast whose outputs are
+  // all on the device: makes each of `streams` (the outputs' TensorRef streams; null is the legacy
+  // default stream) wait for the pending event, then runs done("") here and now, so the handles
+  // complete once the work is queued and the host never waits for the GPU. The finalizer still
+  // takes the event (back to the pool once it fired) and, if the GPU reports an error by then,
+  // logs it: the handles have completed already. Returns false, having done nothing, when a
+  // stream could not be made to wait (the caller then uses finish()).
+  bool finish_ordered(const std::vector<void*>& streams, const Callback& done, Callback late_error);
   // Runtime, when execute() threw: drops a pending event (returned to the pool when it fires).
   void discard_pending();
 

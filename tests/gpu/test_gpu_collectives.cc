@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -263,6 +264,70 @@ TEST_F(GpuCollectives, WaitsForTheKernelThatProducesTheTensor) {
   const double want = static_cast<double>(size_) * (size_ + 1) / 2;
   check_values(
       d.fetch(), [&](int64_t) { return want; }, name);
+  cudaStreamDestroy(user);
+}
+
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == value;
+}
+
+TEST_F(GpuCollectives, CompletionIsOrderedOnTheOutputStream) {
+  // The input is written by a ~600 ms kernel on the user's stream; the all-reduce is out of place
+  // into zeros with postscale 2, and the result is read back by a copy queued on the same stream.
+  // Without HVD_ENABLE_ASYNC_COMPLETION wait() returns once the GPU work is done, so the user's
+  // stream is idle by then. With it, on the NCCL path, wait() returns while the kernel still runs
+  // (nothing of hvd's waits on the host), and the copy must still read the result: it reads zeros
+  // (or the unscaled input on 1 rank) if the stream was not made to wait for hvd's work. The
+  // host-staged path waits on the host for its device-to-host copies, so there only the values
+  // are checked.
+  const bool async = env_is("HVD_ENABLE_ASYNC_COMPLETION", "1");
+  const bool nccl = !env_is("HVD_GPU_OPERATIONS", "MPI");
+  const int64_t n = 1 << 20;
+  Buffer zeros(DataType::kFloat32, n);
+  DeviceBuffer in(zeros), out(zeros);
+  cudaStream_t user = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking), cudaSuccess);
+  {
+    // NCCL's communicator is made at the first GPU batch, which must not eat into the kernel.
+    const std::string warm = "gpu.ordered.warmup";
+    Watchdog w(warm);
+    hvd::Handle h = enqueue(
+        [&] { return hvd::allreduce_async(out.ref({n}), out.ref({n}), warm, ReduceOp::kSum); },
+        warm);
+    wait_ok(h, warm);
+    cudaDeviceSynchronize();
+  }
+  ASSERT_EQ(launch_slow_fill(static_cast<float*>(in.ref({n}).data()), n,
+                             static_cast<float>(rank_ + 1), 600.0, user),
+            cudaSuccess);
+  const std::string name = "gpu.ordered";
+  cudaError_t query = cudaSuccess;
+  {
+    Watchdog w(name);
+    hvd::Handle h = enqueue(
+        [&] {
+          return hvd::allreduce_async(in.ref({n}, user), out.ref({n}, user), name, ReduceOp::kSum,
+                                      1.0, 2.0);
+        },
+        name);
+    wait_ok(h, name);
+    query = cudaStreamQuery(user);
+  }
+  if (!async)
+    EXPECT_EQ(query, cudaSuccess) << "wait() returned before the GPU work was done (rank " << rank_
+                                  << ")";
+  else if (nccl)
+    EXPECT_EQ(query, cudaErrorNotReady)
+        << "with HVD_ENABLE_ASYNC_COMPLETION=1, wait() waited for the GPU (rank " << rank_ << ")";
+  Buffer got(DataType::kFloat32, n);
+  EXPECT_EQ(cudaMemcpyAsync(got.data(), out.ref({n}).data(), n * sizeof(float),
+                            cudaMemcpyDeviceToHost, user),
+            cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(user), cudaSuccess);
+  const double want = 2.0 * static_cast<double>(size_) * (size_ + 1) / 2;
+  check_values(
+      got, [&](int64_t) { return want; }, name);
   cudaStreamDestroy(user);
 }
 

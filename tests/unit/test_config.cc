@@ -36,6 +36,16 @@ TEST(Config, DefaultsMatchTheDesign) {
   EXPECT_EQ(c.log_level, "warning");
   EXPECT_DOUBLE_EQ(c.stall_check_time_seconds, 60);
   EXPECT_DOUBLE_EQ(c.stall_shutdown_time_seconds, 0);
+  EXPECT_FALSE(c.async_completion);  // wait() waits for the GPU unless asked otherwise
+}
+
+TEST(Config, AsyncCompletionInEitherSpelling) {
+  // Horovod's HOROVOD_ENABLE_ASYNC_COMPLETION keeps its meaning here.
+  EXPECT_TRUE(load_config(fake({{"HOROVOD_ENABLE_ASYNC_COMPLETION", "1"}})).async_completion);
+  EXPECT_TRUE(load_config(fake({{"HVD_ENABLE_ASYNC_COMPLETION", "true"}})).async_completion);
+  EXPECT_FALSE(load_config(fake({{"HVD_ENABLE_ASYNC_COMPLETION", "0"}})).async_completion);
+  const std::string e = error_of({{"HVD_ENABLE_ASYNC_COMPLETION", "yes please"}});
+  EXPECT_NE(e.find("HVD_ENABLE_ASYNC_COMPLETION"), std::string::npos) << e;
 }
 
 TEST(Config, ReadsHvdAndHorovodSpellings) {
