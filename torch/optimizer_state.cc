@@ -14,8 +14,10 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -28,7 +30,20 @@ namespace optim = ::torch::optim;
 
 namespace {
 
-std::string state_key(const at::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// The optimizer's state is keyed by the parameter's TensorImpl: its address printed as a string in
+// LibTorch 1.x (c10::guts::to_string, an ostream <<), the address itself in LibTorch 2.x.
+using StateKey = std::decay_t<decltype(std::declval<optim::Optimizer&>().state())>::key_type;
+template <class Key>
+Key key_of(const at::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << p.unsafeGetTensorImpl();
+    return s.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+StateKey state_key(const at::Tensor& p) { return key_of<StateKey>(p); }
 
 std::vector<at::Tensor> all_params(const optim::Optimizer& opt) {
   std::vector<at::Tensor> v;
@@ -254,7 +269,7 @@ void apply_desc(optim::Optimizer& opt, const Kind& k, const std::vector<int64_t>
   at::NoGradGuard no_grad;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const int64_t* e = &d[kHeader + i * (F + 2)];
-    const std::string key = state_key(params[i]);
+    const StateKey key = state_key(params[i]);
     if (!e[0]) {
       state.erase(key);
       continue;

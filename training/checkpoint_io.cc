@@ -1,5 +1,6 @@
 #include "training/checkpoint_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,10 +9,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
-#include <system_error>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "hvd/error.h"
 
@@ -19,8 +20,10 @@ namespace hvd::training {
 
 namespace {
 
-namespace fs = std::filesystem;
-
+// Directories are made and listed with POSIX calls, not std::filesystem: hvd runs in processes
+// that load pip's LibTorch 2.x, whose libtorch.so exports a statically linked copy of
+// std::filesystem (pytorch/pytorch#133437); the dynamic linker may bind hvd's calls to it, and
+// parts of that copy crash (torch 2.11.0: remove_all jumps to address 0).
 constexpr std::string_view kPrefix = "ckpt-";
 constexpr std::string_view kSuffix = ".safetensors";
 constexpr std::string_view kTempPrefix = ".ckpt-";
@@ -89,16 +92,45 @@ void fsync_directory(const std::string& dir) {
     fail_errno("fsync of checkpoint directory '" + dir + "' failed", errno);
 }
 
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// The entries of `dir` (without . and ..), or false with errno set.
+bool list_names(const std::string& dir, std::vector<std::string>* names) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return false;
+  errno = 0;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") names->push_back(name);
+    errno = 0;
+  }
+  const int err = errno;
+  ::closedir(d);
+  errno = err;
+  return err == 0;
+}
+
 void make_directories(const std::string& dir) {
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+  if (exists(dir) && !is_directory(dir))
     throw Error("checkpoint directory '" + dir +
                 "' exists but is not a directory; pass a directory path");
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw Error("cannot create checkpoint directory '" + dir + "': " + ec.message() +
-                "; pass a directory that can be created and written");
-  if (!fs::is_directory(dir, ec))
+  // Each prefix that ends before a '/', then the whole path (mkdir -p).
+  for (std::size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    const std::string prefix = dir.substr(0, i);
+    if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST)
+      throw Error("cannot create checkpoint directory '" + dir + "': " + errno_text(errno) +
+                  "; pass a directory that can be created and written");
+  }
+  if (!is_directory(dir))
     throw Error("checkpoint directory '" + dir + "' exists but is not a directory");
 }
 
@@ -153,15 +185,12 @@ std::optional<int64_t> parse_checkpoint_file_name(std::string_view name) {
 
 std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
   std::vector<CheckpointFile> out;
-  std::error_code ec;
-  if (!fs::exists(dir, ec)) return out;
-  fs::directory_iterator it(dir, ec);
-  if (ec) throw Error("cannot list checkpoint directory '" + dir + "': " + ec.message());
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    std::string name = it->path().filename().string();
+  if (!exists(dir)) return out;
+  std::vector<std::string> names;
+  if (!list_names(dir, &names))
+    throw Error("cannot list checkpoint directory '" + dir + "': " + errno_text(errno));
+  for (const std::string& name : names)
     if (auto step = parse_checkpoint_file_name(name)) out.push_back({*step, join(dir, name)});
-  }
-  if (ec) throw Error("cannot list checkpoint directory '" + dir + "': " + ec.message());
   // Newest first; two names for one step ("ckpt-5" and "ckpt-000000000005") resolve by name.
   std::sort(out.begin(), out.end(), [](const CheckpointFile& a, const CheckpointFile& b) {
     return a.step != b.step ? a.step > b.step : a.path > b.path;
@@ -204,17 +233,15 @@ std::string write_checkpoint_file(const std::string& dir, int64_t step,
 
 std::vector<std::string> prune_checkpoints(const std::string& dir, int keep_last, int64_t keep) {
   std::vector<std::string> warnings;
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    std::string name = it->path().filename().string();
+  std::vector<std::string> names;
+  if (!list_names(dir, &names))
+    warnings.push_back("cannot list '" + dir +
+                       "' to delete stale temporary files: " + errno_text(errno));
+  for (const std::string& name : names) {
     if (is_temp_file_name(name) && ::unlink(join(dir, name).c_str()) != 0)
       warnings.push_back("cannot delete stale temporary file '" + join(dir, name) +
                          "': " + errno_text(errno));
   }
-  if (ec)
-    warnings.push_back("cannot list '" + dir +
-                       "' to delete stale temporary files: " + ec.message());
   if (keep_last <= 0) return warnings;
   std::vector<CheckpointFile> files;
   try {

@@ -7,10 +7,13 @@
 
 #include <torch/torch.h>
 
+#include <ftw.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "hvd/torch.h"
@@ -100,12 +103,26 @@ void take_steps(torch::nn::Linear& model, torch::optim::Optimizer& opt, int step
   }
 }
 
+// The key of a parameter's optimizer state: its TensorImpl's address printed (LibTorch 1.x) or
+// the address itself (LibTorch 2.x).
+template <class Key>
+Key key_of(const at::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << p.unsafeGetTensorImpl();
+    return s.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+using StateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
 // The optimizer's state tensors in parameter order, as one tensor per field (undefined -> empty).
 std::vector<at::Tensor> state_of(torch::optim::Optimizer& opt,
                                  const std::vector<std::string>& fields) {
   std::vector<at::Tensor> v;
   for (const auto& p : opt.param_groups()[0].params()) {
-    auto it = opt.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto it = opt.state().find(key_of<StateKey>(p));
     if (it == opt.state().end()) {
       v.push_back(at::empty({0}));
       continue;
@@ -387,6 +404,15 @@ TEST_F(TorchTraining, DistributedOptimizerLearningRateFollowsEitherSide) {
 
 // ---- Checkpointer ---------------------------------------------------------------------------------------
 
+// Not std::filesystem::remove_all: pip's LibTorch 2.x exports a statically linked copy of it
+// (pytorch/pytorch#133437) that the dynamic linker binds this call to, and that copy crashes
+// (seen with torch 2.11.0: a jump to address 0).
+void remove_tree(const std::string& dir) {
+  ::nftw(
+      dir.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
 TEST_F(TorchTraining, CheckpointerRestoresModelAndOptimizerState) {
   // One directory for all ranks (rank 0 writes), named after rank 0's process id.
   at::Tensor pid =
@@ -435,7 +461,7 @@ TEST_F(TorchTraining, CheckpointerRestoresModelAndOptimizerState) {
     EXPECT_NE(std::string(e.what()).find("Adam"), std::string::npos) << e.what();
   }
   hvd::barrier();
-  if (r() == 0) std::filesystem::remove_all(dir);
+  if (r() == 0) remove_tree(dir);
 }
 
 // ---- DistributedSampler ----------------------------------------------------------------------------------

@@ -1,0 +1,173 @@
+// hvd::torch on CUDA tensors (label gpu; built only against a CUDA build of LibTorch with hvd's GPU
+// path, e.g. pip's torch: docs/libtorch.md). ctest runs it with 1 rank on NCCL and with 2 ranks
+// sharing one GPU through host staging (HVD_GPU_OPERATIONS=MPI), each also with
+// HVD_ENABLE_ASYNC_COMPLETION=1. Every rank checks its own values, read back through the current
+// stream as PyTorch code would.
+//   - allreduce (sum, average; in place and not) for every dtype NCCL and hvd share;
+//   - the tensor produced on a side stream (made current) long after the call would see it on the
+//     default stream, read back on that stream;
+//   - allgather, broadcast, alltoall, reducescatter: results on the input's device;
+//   - DistributedOptimizer on a CUDA model against the single-process update on the global batch.
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "hvd/torch.h"
+
+namespace {
+
+namespace ht = hvd::torch;
+
+int r() { return hvd::rank(); }
+int n() { return hvd::size(); }
+
+at::Device device() {
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
+                                   hvd::local_rank() % static_cast<int>(at::cuda::device_count())));
+}
+
+std::string tname(c10::ScalarType t) { return c10::toString(t); }
+
+bool same(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes().equals(b.sizes()) &&
+         at::equal(a.to(at::kCPU, at::kDouble), b.to(at::kCPU, at::kDouble));
+}
+
+class TorchCuda : public testing::Test {
+ protected:
+  void SetUp() override {
+    hvd::init();
+    c10::cuda::set_device(device().index());
+  }
+};
+
+TEST_F(TorchCuda, AllreduceEveryDtype) {
+  const auto dev = device();
+  for (auto t : {at::kByte, at::kChar, at::kInt, at::kLong, at::kHalf, at::kBFloat16, at::kFloat,
+                 at::kDouble}) {
+    // Values small enough for every dtype's sum over 4 ranks: i % 7 + rank.
+    const int64_t count = 1001;
+    at::Tensor base = at::arange(count, at::kLong).remainder(7);
+    at::Tensor mine = (base + r()).to(dev, t);
+    at::Tensor want = (base * n() + n() * (n() - 1) / 2).to(at::kDouble);
+    const std::string name = "torch_cuda.allreduce." + tname(t);
+    at::Tensor out = ht::allreduce(mine, name + ".sum", hvd::ReduceOp::kSum);
+    EXPECT_TRUE(out.is_cuda()) << name;
+    EXPECT_EQ(out.device(), dev) << name;
+    EXPECT_TRUE(same(out, want)) << name << " on rank " << r();
+    EXPECT_TRUE(same(mine, base + r())) << name << ": the input changed on rank " << r();
+    ht::allreduce_(mine, name + ".in_place", hvd::ReduceOp::kSum);
+    EXPECT_TRUE(same(mine, want)) << name << " in place on rank " << r();
+    if (at::isFloatingType(t)) {
+      at::Tensor avg = ht::allreduce(
+          at::full({7}, 2.0 * (r() + 1), at::TensorOptions(dev).dtype(t)), name + ".average");
+      EXPECT_TRUE(same(avg, at::full({7}, n() + 1.0, at::kDouble))) << name << " average";
+    }
+  }
+}
+
+TEST_F(TorchCuda, TensorFromASideStreamIsReadInItsOrder) {
+  // The tensor is written on a side stream made current, after enough work that the default
+  // stream would read it too early; hvd must take the current stream as the producer, and the
+  // result must be readable in that stream's order (as PyTorch code reads it).
+  const auto dev = device();
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, dev.index());
+  c10::cuda::CUDAStreamGuard guard(side);
+  at::Tensor big = at::rand({2048, 2048}, at::TensorOptions(dev).dtype(at::kFloat));
+  at::Tensor t = at::zeros({1 << 20}, at::TensorOptions(dev).dtype(at::kFloat));
+  for (int i = 0; i < 20; ++i) big = at::mm(big, big).clamp_(-1, 1);
+  t.add_(big.sum().mul(0).add(r() + 1));  // rank + 1, written after the matmuls
+  ht::Handle h = ht::allreduce_async_(t, "torch_cuda.side_stream", hvd::ReduceOp::kSum, 1.0, 2.0);
+  h.wait();
+  at::Tensor host = t.to(at::kCPU);  // queued on `side`, then synchronised
+  const double want = 2.0 * n() * (n() + 1) / 2;
+  EXPECT_TRUE(same(host, at::full({1 << 20}, want, at::kDouble))) << "rank " << r();
+}
+
+TEST_F(TorchCuda, OtherCollectivesReturnTensorsOnTheDevice) {
+  const auto dev = device();
+  const auto opts = at::TensorOptions(dev).dtype(at::kFloat);
+  // allgather: rank q sends q + 1 rows of 3 values, each q.
+  at::Tensor g = ht::allgather(at::full({r() + 1, 3}, r(), opts), "torch_cuda.allgather");
+  EXPECT_EQ(g.device(), dev);
+  std::vector<at::Tensor> parts;
+  for (int q = 0; q < n(); ++q) parts.push_back(at::full({q + 1, 3}, q, at::kDouble));
+  EXPECT_TRUE(same(g, at::cat(parts))) << "allgather on rank " << r();
+  // broadcast from the last rank, in place and not.
+  const int root = n() - 1;
+  at::Tensor b = at::full({5}, r() * 10.0, opts);
+  at::Tensor b2 = ht::broadcast(b, root, "torch_cuda.broadcast");
+  EXPECT_EQ(b2.device(), dev);
+  EXPECT_TRUE(same(b2, at::full({5}, root * 10.0, at::kDouble))) << "broadcast on rank " << r();
+  ht::broadcast_(b, root, "torch_cuda.broadcast_");
+  EXPECT_TRUE(same(b, at::full({5}, root * 10.0, at::kDouble))) << "broadcast_ on rank " << r();
+  // alltoall: rank q sends one row [q, k] to each rank k.
+  at::Tensor rows = at::stack({at::full({n()}, r(), at::kDouble), at::arange(n(), at::kDouble)}, 1);
+  at::Tensor a = ht::alltoall(rows.to(dev, at::kFloat), {}, "torch_cuda.alltoall");
+  EXPECT_EQ(a.device(), dev);
+  at::Tensor want_a =
+      at::stack({at::arange(n(), at::kDouble), at::full({n()}, r(), at::kDouble)}, 1);
+  EXPECT_TRUE(same(a, want_a)) << "alltoall on rank " << r();
+  // reducescatter: 2 rows per rank, row i holds i + rank; rank q keeps rows 2q, 2q+1 summed.
+  at::Tensor rs_in = (at::arange(2 * n(), at::kDouble).unsqueeze(1) + r()).expand({2 * n(), 4});
+  at::Tensor rs = ht::reducescatter(rs_in.contiguous().to(dev, at::kFloat), "torch_cuda.rs",
+                                    hvd::ReduceOp::kSum);
+  EXPECT_EQ(rs.device(), dev);
+  at::Tensor want_rs =
+      (at::arange(2 * r(), 2 * r() + 2, at::kDouble).unsqueeze(1) * n() + n() * (n() - 1) / 2)
+          .expand({2, 4});
+  EXPECT_TRUE(same(rs, want_rs)) << "reducescatter on rank " << r();
+}
+
+torch::nn::Sequential make_model(const at::Device& dev) {
+  torch::manual_seed(11);
+  torch::nn::Sequential m(torch::nn::Linear(5, 4), torch::nn::Functional(torch::tanh),
+                          torch::nn::Linear(4, 2));
+  m->to(dev, torch::kDouble);
+  return m;
+}
+
+torch::Tensor local_loss(torch::nn::Sequential& m, int q, int step, const at::Device& dev) {
+  torch::Tensor x =
+      torch::sin(torch::arange(15, torch::kDouble).view({3, 5}) * 0.37 + q * 1.3 + step * 0.7);
+  torch::Tensor y =
+      torch::cos(torch::arange(6, torch::kDouble).view({3, 2}) * 0.5 + q + step * 0.3);
+  return torch::mse_loss(m->forward(x.to(dev)), y.to(dev));
+}
+
+TEST_F(TorchCuda, DistributedOptimizerMatchesTheGlobalBatch) {
+  const auto dev = device();
+  for (bool overlap : {true, false}) {
+    torch::nn::Sequential model = make_model(dev), ref = make_model(dev);
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    torch::optim::SGD ref_sgd(ref->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    ht::DistributedOptimizer opt(sgd, model->named_parameters(), {.overlap = overlap});
+    for (int s = 0; s < 3; ++s) {
+      opt.zero_grad();
+      local_loss(model, r(), s, dev).backward();
+      opt.step();
+      ref_sgd.zero_grad();
+      torch::Tensor total = torch::zeros({}, torch::TensorOptions(dev).dtype(torch::kDouble));
+      for (int q = 0; q < n(); ++q) total = total + local_loss(ref, q, s, dev);
+      (total / n()).backward();
+      ref_sgd.step();
+    }
+    auto a = model->named_parameters();
+    auto b = ref->named_parameters();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(a[i].value().is_cuda()) << a[i].key();
+      EXPECT_TRUE(torch::allclose(a[i].value().cpu(), b[i].value().cpu(), 1e-10, 1e-9))
+          << (overlap ? "hooks " : "after backward ") << a[i].key() << " on rank " << r()
+          << ": distributed\n"
+          << a[i].value().cpu() << "\nreference\n"
+          << b[i].value().cpu();
+    }
+  }
+}
+
+}  // namespace
