@@ -1,12 +1,29 @@
 #pragma once
 
 // Shared by the translation units of hvd::torch (not installed).
+#include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "hvd/torch.h"
 
 namespace hvd::torch::internal {
+
+// The key of a parameter's entry in an optimizer's state(): its TensorImpl's address printed as a
+// string in LibTorch 1.x (c10::guts::to_string, an ostream <<), the address itself in LibTorch 2.x.
+using StateKey =
+    std::decay_t<decltype(std::declval<::torch::optim::Optimizer&>().state())>::key_type;
+template <class Key = StateKey>
+Key state_key(const at::Tensor& p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << p.unsafeGetTensorImpl();
+    return s.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 // "[2,3]".
 std::string sizes_string(at::IntArrayRef sizes);

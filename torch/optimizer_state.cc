@@ -14,10 +14,8 @@
 #include <cmath>
 #include <functional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <tuple>
-#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -30,20 +28,8 @@ namespace optim = ::torch::optim;
 
 namespace {
 
-// The optimizer's state is keyed by the parameter's TensorImpl: its address printed as a string in
-// LibTorch 1.x (c10::guts::to_string, an ostream <<), the address itself in LibTorch 2.x.
-using StateKey = std::decay_t<decltype(std::declval<optim::Optimizer&>().state())>::key_type;
-template <class Key>
-Key key_of(const at::Tensor& p) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream s;
-    s << p.unsafeGetTensorImpl();
-    return s.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-StateKey state_key(const at::Tensor& p) { return key_of<StateKey>(p); }
+using internal::state_key;
+using internal::StateKey;
 
 std::vector<at::Tensor> all_params(const optim::Optimizer& opt) {
   std::vector<at::Tensor> v;

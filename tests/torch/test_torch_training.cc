@@ -11,12 +11,11 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <sstream>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "hvd/torch.h"
+#include "torch/internal.h"
 
 namespace {
 
@@ -103,26 +102,12 @@ void take_steps(torch::nn::Linear& model, torch::optim::Optimizer& opt, int step
   }
 }
 
-// The key of a parameter's optimizer state: its TensorImpl's address printed (LibTorch 1.x) or
-// the address itself (LibTorch 2.x).
-template <class Key>
-Key key_of(const at::Tensor& p) {
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream s;
-    s << p.unsafeGetTensorImpl();
-    return s.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-using StateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
-
 // The optimizer's state tensors in parameter order, as one tensor per field (undefined -> empty).
 std::vector<at::Tensor> state_of(torch::optim::Optimizer& opt,
                                  const std::vector<std::string>& fields) {
   std::vector<at::Tensor> v;
   for (const auto& p : opt.param_groups()[0].params()) {
-    auto it = opt.state().find(key_of<StateKey>(p));
+    auto it = opt.state().find(hvd::torch::internal::state_key(p));
     if (it == opt.state().end()) {
       v.push_back(at::empty({0}));
       continue;
