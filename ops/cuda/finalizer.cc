@@ -36,16 +36,19 @@ void Finalizer::set_pending(cudaEvent_t event) {
   pending_ = event;
 }
 
-void Finalizer::discard_pending() {
-  if (pending_ == nullptr) return;
+void Finalizer::hand_over_pending(Callback on_fired) {
   cudaEvent_t e = pending_;
   pending_ = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    items_.push_back(Item{e, nullptr});
+    items_.push_back(Item{e, std::move(on_fired)});
     handed_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
+}
+
+void Finalizer::discard_pending() {
+  if (pending_ != nullptr) hand_over_pending(nullptr);
 }
 
 void Finalizer::finish(Callback done) {
@@ -53,14 +56,7 @@ void Finalizer::finish(Callback done) {
     if (done) done("");
     return;
   }
-  cudaEvent_t e = pending_;
-  pending_ = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    items_.push_back(Item{e, std::move(done)});
-    handed_.fetch_add(1, std::memory_order_release);
-  }
-  cv_.notify_all();
+  hand_over_pending(std::move(done));
 }
 
 bool Finalizer::finish_ordered(const std::vector<void*>& streams, const Callback& done,
@@ -77,14 +73,7 @@ bool Finalizer::finish_ordered(const std::vector<void*>& streams, const Callback
       return false;
     }
   }
-  cudaEvent_t e = pending_;
-  pending_ = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    items_.push_back(Item{e, std::move(late_error)});
-    handed_.fetch_add(1, std::memory_order_release);
-  }
-  cv_.notify_all();
+  hand_over_pending(std::move(late_error));
   if (done) done("");
   return true;
 }

@@ -66,6 +66,8 @@ class Finalizer {
     cudaEvent_t event;
     Callback done;
   };
+  // Queues pending_ (non-null) for the finalizer thread, which runs on_fired once it fired.
+  void hand_over_pending(Callback on_fired);
   void run();
 
   CudaContext& ctx_;
