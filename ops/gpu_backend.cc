@@ -58,7 +58,9 @@ void GpuBackend::finish_ordered(const std::vector<void*>& streams,
     auto late = [what = std::move(what)](const std::string& error) {
       if (!error.empty())
         HVD_LOG(Error) << what << " failed on the GPU after its handles completed "
-                       << "(HVD_ENABLE_ASYNC_COMPLETION=1): " << error;
+                       << "(HVD_ENABLE_ASYNC_COMPLETION=1): " << error
+                       << " Its outputs are not valid. Run with HVD_ENABLE_ASYNC_COMPLETION=0 "
+                          "to have wait() of the operation that failed report it.";
     };
     if (impl_->finalizer->finish_ordered(streams, done, std::move(late))) return;
   }

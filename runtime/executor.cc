@@ -337,7 +337,8 @@ void Executor::execute(const Response& r, Batch& b) {
   }
   auto done =
       std::make_shared<std::vector<std::shared_ptr<detail::HandleState>>>(std::move(b.handles));
-  auto complete = [done, what = what_of(queue_, r)](const std::string& error) {
+  std::string what = what_of(queue_, r);
+  auto complete = [done, what](const std::string& error) {
     for (auto& h : *done) {
       if (error.empty())
         h->complete_one();
@@ -361,7 +362,7 @@ void Executor::execute(const Response& r, Batch& b) {
         streams.push_back(e.output.stream());
     }
     if (device_outputs) {
-      gpu_.finish_ordered(streams, std::move(complete), what_of(queue_, r));
+      gpu_.finish_ordered(streams, std::move(complete), std::move(what));
       return;
     }
   }

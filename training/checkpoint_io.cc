@@ -92,14 +92,12 @@ void fsync_directory(const std::string& dir) {
     fail_errno("fsync of checkpoint directory '" + dir + "' failed", errno);
 }
 
-bool is_directory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
+enum class PathKind { kMissing, kDirectory, kOther };
 
-bool exists(const std::string& path) {
+PathKind path_kind(const std::string& path) {
   struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
+  if (::stat(path.c_str(), &st) != 0) return PathKind::kMissing;
+  return S_ISDIR(st.st_mode) ? PathKind::kDirectory : PathKind::kOther;
 }
 
 // The entries of `dir` (without . and ..), or false with errno set.
@@ -119,7 +117,7 @@ bool list_names(const std::string& dir, std::vector<std::string>* names) {
 }
 
 void make_directories(const std::string& dir) {
-  if (exists(dir) && !is_directory(dir))
+  if (path_kind(dir) == PathKind::kOther)
     throw Error("checkpoint directory '" + dir +
                 "' exists but is not a directory; pass a directory path");
   // Each prefix that ends before a '/', then the whole path (mkdir -p).
@@ -130,7 +128,7 @@ void make_directories(const std::string& dir) {
       throw Error("cannot create checkpoint directory '" + dir + "': " + errno_text(errno) +
                   "; pass a directory that can be created and written");
   }
-  if (!is_directory(dir))
+  if (path_kind(dir) != PathKind::kDirectory)
     throw Error("checkpoint directory '" + dir + "' exists but is not a directory");
 }
 
@@ -185,7 +183,7 @@ std::optional<int64_t> parse_checkpoint_file_name(std::string_view name) {
 
 std::vector<CheckpointFile> list_checkpoints(const std::string& dir) {
   std::vector<CheckpointFile> out;
-  if (!exists(dir)) return out;
+  if (path_kind(dir) == PathKind::kMissing) return out;
   std::vector<std::string> names;
   if (!list_names(dir, &names))
     throw Error("cannot list checkpoint directory '" + dir + "': " + errno_text(errno));

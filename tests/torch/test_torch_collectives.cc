@@ -10,28 +10,18 @@
 #include <vector>
 
 #include "hvd/torch.h"
+#include "tests/torch/torch_test_util.h"
 
 namespace {
 
 namespace ht = hvd::torch;
+using namespace hvdtest::torch_util;
 
 const std::vector<c10::ScalarType>& all_types() {
   static const std::vector<c10::ScalarType> v = {at::kByte, at::kChar,     at::kInt,   at::kLong,
                                                  at::kHalf, at::kBFloat16, at::kFloat, at::kDouble};
   return v;
 }
-
-std::string tname(c10::ScalarType t) { return c10::toString(t); }
-
-at::Tensor as_double(const at::Tensor& t) { return t.to(at::kCPU, at::kDouble); }
-
-// true when a and b hold the same values (compared in double; the tests use exact values).
-bool same(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes().equals(b.sizes()) && at::equal(as_double(a), as_double(b));
-}
-
-int r() { return hvd::rank(); }
-int n() { return hvd::size(); }
 
 class TorchCollectives : public testing::Test {
  protected:

@@ -18,24 +18,16 @@
 #include <vector>
 
 #include "hvd/torch.h"
+#include "tests/torch/torch_test_util.h"
 
 namespace {
 
 namespace ht = hvd::torch;
-
-int r() { return hvd::rank(); }
-int n() { return hvd::size(); }
+using namespace hvdtest::torch_util;
 
 at::Device device() {
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(
                                    hvd::local_rank() % static_cast<int>(at::cuda::device_count())));
-}
-
-std::string tname(c10::ScalarType t) { return c10::toString(t); }
-
-bool same(const at::Tensor& a, const at::Tensor& b) {
-  return a.sizes().equals(b.sizes()) &&
-         at::equal(a.to(at::kCPU, at::kDouble), b.to(at::kCPU, at::kDouble));
 }
 
 class TorchCuda : public testing::Test {
@@ -124,21 +116,7 @@ TEST_F(TorchCuda, OtherCollectivesReturnTensorsOnTheDevice) {
   EXPECT_TRUE(same(rs, want_rs)) << "reducescatter on rank " << r();
 }
 
-torch::nn::Sequential make_model(const at::Device& dev) {
-  torch::manual_seed(11);
-  torch::nn::Sequential m(torch::nn::Linear(5, 4), torch::nn::Functional(torch::tanh),
-                          torch::nn::Linear(4, 2));
-  m->to(dev, torch::kDouble);
-  return m;
-}
-
-torch::Tensor local_loss(torch::nn::Sequential& m, int q, int step, const at::Device& dev) {
-  torch::Tensor x =
-      torch::sin(torch::arange(15, torch::kDouble).view({3, 5}) * 0.37 + q * 1.3 + step * 0.7);
-  torch::Tensor y =
-      torch::cos(torch::arange(6, torch::kDouble).view({3, 2}) * 0.5 + q + step * 0.3);
-  return torch::mse_loss(m->forward(x.to(dev)), y.to(dev));
-}
+// make_model and local_loss (on the model's device): tests/torch/torch_test_util.h.
 
 TEST_F(TorchCuda, DistributedOptimizerMatchesTheGlobalBatch) {
   const auto dev = device();
@@ -149,11 +127,11 @@ TEST_F(TorchCuda, DistributedOptimizerMatchesTheGlobalBatch) {
     ht::DistributedOptimizer opt(sgd, model->named_parameters(), {.overlap = overlap});
     for (int s = 0; s < 3; ++s) {
       opt.zero_grad();
-      local_loss(model, r(), s, dev).backward();
+      local_loss(model, r(), s, 0).backward();
       opt.step();
       ref_sgd.zero_grad();
       torch::Tensor total = torch::zeros({}, torch::TensorOptions(dev).dtype(torch::kDouble));
-      for (int q = 0; q < n(); ++q) total = total + local_loss(ref, q, s, dev);
+      for (int q = 0; q < n(); ++q) total = total + local_loss(ref, q, s, 0);
       (total / n()).backward();
       ref_sgd.step();
     }

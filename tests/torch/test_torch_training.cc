@@ -15,14 +15,13 @@
 #include <vector>
 
 #include "hvd/torch.h"
+#include "tests/torch/torch_test_util.h"
 #include "torch/internal.h"
 
 namespace {
 
 namespace ht = hvd::torch;
-
-int r() { return hvd::rank(); }
-int n() { return hvd::size(); }
+using namespace hvdtest::torch_util;
 
 class TorchTraining : public testing::Test {
  protected:
@@ -233,27 +232,7 @@ TEST_F(TorchTraining, BroadcastOptimizerStateMismatchFailsEveryRank) {
 
 // ---- DistributedOptimizer ------------------------------------------------------------------------------
 
-torch::nn::Sequential make_model() {
-  torch::manual_seed(11);
-  torch::nn::Sequential m(torch::nn::Linear(5, 4), torch::nn::Functional(torch::tanh),
-                          torch::nn::Linear(4, 2));
-  m->to(torch::kDouble);
-  return m;
-}
-
-// Rank q's batch at (step, pass): 3 rows of 5 inputs and 2 targets, deterministic.
-std::pair<torch::Tensor, torch::Tensor> batch(int q, int step, int pass) {
-  torch::Tensor x = torch::sin(torch::arange(15, torch::kDouble).view({3, 5}) * 0.37 + q * 1.3 +
-                               step * 0.7 + pass * 0.11);
-  torch::Tensor y =
-      torch::cos(torch::arange(6, torch::kDouble).view({3, 2}) * 0.5 + q + step * 0.3 + pass * 0.2);
-  return {x, y};
-}
-
-torch::Tensor local_loss(torch::nn::Sequential& m, int q, int step, int pass) {
-  auto [x, y] = batch(q, step, pass);
-  return torch::mse_loss(m->forward(x), y);
-}
+// make_model, batch and local_loss: tests/torch/torch_test_util.h.
 
 // Trains `steps` steps with a DistributedOptimizer and, on the side, the single-process reference on
 // the global batch (every rank's data, computed locally); their parameters must agree.

@@ -1,0 +1,53 @@
+#pragma once
+
+// Shared by the hvd::torch tests (test_torch's two files and test_torch_cuda): rank and size, exact
+// comparisons, and the small model and deterministic per-rank batches that DistributedOptimizer is
+// checked with against the single-process update on the global batch.
+#include <torch/torch.h>
+
+#include <string>
+#include <utility>
+
+#include "hvd/torch.h"
+
+namespace hvdtest::torch_util {
+
+inline int r() { return hvd::rank(); }
+inline int n() { return hvd::size(); }
+
+inline std::string tname(c10::ScalarType t) { return c10::toString(t); }
+
+inline at::Tensor as_double(const at::Tensor& t) { return t.to(at::kCPU, at::kDouble); }
+
+// true when a and b hold the same values (compared in double on the host; the tests use exact
+// values), wherever they live.
+inline bool same(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes().equals(b.sizes()) && at::equal(as_double(a), as_double(b));
+}
+
+// Linear(5, 4), tanh, Linear(4, 2) in double on `device`, the same weights on every rank.
+inline torch::nn::Sequential make_model(const at::Device& device = at::kCPU) {
+  torch::manual_seed(11);
+  torch::nn::Sequential m(torch::nn::Linear(5, 4), torch::nn::Functional(torch::tanh),
+                          torch::nn::Linear(4, 2));
+  m->to(device, torch::kDouble);
+  return m;
+}
+
+// Rank q's batch at (step, pass): 3 rows of 5 inputs and 2 targets, deterministic, on the host.
+inline std::pair<torch::Tensor, torch::Tensor> batch(int q, int step, int pass) {
+  torch::Tensor x = torch::sin(torch::arange(15, torch::kDouble).view({3, 5}) * 0.37 + q * 1.3 +
+                               step * 0.7 + pass * 0.11);
+  torch::Tensor y =
+      torch::cos(torch::arange(6, torch::kDouble).view({3, 2}) * 0.5 + q + step * 0.3 + pass * 0.2);
+  return {x, y};
+}
+
+// The loss of model m on rank q's batch, computed on the model's device.
+inline torch::Tensor local_loss(torch::nn::Sequential& m, int q, int step, int pass) {
+  auto [x, y] = batch(q, step, pass);
+  const at::Device device = m->parameters().front().device();
+  return torch::mse_loss(m->forward(x.to(device)), y.to(device));
+}
+
+}  // namespace hvdtest::torch_util
