@@ -85,6 +85,20 @@ const std::vector<ConfigVar>& config_registry() {
        "",
        1,
        ""},
+      {"HVD_COPY_THREADS",
+       ConfigType::kInt,
+       "-1",
+       "Helper threads per rank that copy a large fused batch (256 KiB or more) into and out of "
+       "the "
+       "host fusion buffer beside the thread running it. -1: the cores this rank may use beyond "
+       "its own threads (cores / ranks on the node - 2, a GPU rank - 3), at most 3, so none where "
+       "ranks share cores; 0: none.",
+       {},
+       -1,
+       15,
+       "",
+       1,
+       ""},
       {"HVD_SINGLE_RANK_INLINE",
        ConfigType::kBool,
        "1",
@@ -383,6 +397,7 @@ Config load_config(const EnvLookup& env) {
   c.single_rank_inline = get_bool("HVD_SINGLE_RANK_INLINE");
   c.cached_lanes = get_bool("HVD_CACHED_LANES");
   c.wait_poll_us = get_int("HVD_WAIT_POLL_US");
+  c.copy_threads = get_int("HVD_COPY_THREADS");
   c.hierarchical_allreduce = get_bool("HVD_HIERARCHICAL_ALLREDUCE");
   c.gpu_operations = get_enum("HVD_GPU_OPERATIONS");
   c.compression = get_enum("HVD_COMPRESSION");

@@ -44,6 +44,7 @@ struct Config {
   double fusion_window_us = 50;    // runtime/runtime.cc: Runtime::loop
   bool single_rank_inline = true;  // runtime/runtime.cc: Runtime::enqueue_one
   int64_t wait_poll_us = -1;       // -1: auto (runtime/runtime.cc: wait_poll_us)
+  int64_t copy_threads = -1;       // -1: auto (ops/copy_workers.h: copy_helpers)
   int64_t cache_capacity = 1024;
   bool cached_lanes = true;  // HVD_CACHED_LANES (runtime/tensor_queue.h, "Lanes")
   bool hierarchical_allreduce = false;

@@ -19,6 +19,7 @@ namespace {
 // 1 and 2 of the order (backends.h).
 void add_gpu_ops(OperationManager& m, const comm::MpiContext& mpi, FusionBuffer& host_fusion,
                  const GpuBackend& gpu, const OperationsOptions& options) {
+  CopyWorkers* copies = options.host_copies;
   cuda::Finalizer& fin = *gpu.finalizer();
   if (nccl::NcclContext* nccl = gpu.nccl()) {
     if (options.hierarchical_allreduce)
@@ -34,7 +35,7 @@ void add_gpu_ops(OperationManager& m, const comm::MpiContext& mpi, FusionBuffer&
   auto staged = [&](std::unique_ptr<CollectiveOp> op) {
     m.add(std::make_unique<cuda::StagedOp>(std::move(op), *gpu.cuda(), fin));
   };
-  staged(std::make_unique<mpi::MpiAllreduce>(mpi, host_fusion));
+  staged(std::make_unique<mpi::MpiAllreduce>(mpi, host_fusion, copies));
   staged(std::make_unique<mpi::MpiAllgather>(mpi));
   staged(std::make_unique<mpi::MpiBroadcast>(mpi));
   staged(std::make_unique<mpi::MpiAlltoall>(mpi));
@@ -53,8 +54,9 @@ OperationManager make_operations(const comm::MpiContext& mpi, FusionBuffer& host
   (void)gpu;
 #endif
   if (options.hierarchical_allreduce)
-    m.add(std::make_unique<hierarchical::MpiHierarchicalAllreduce>(mpi, host_fusion));
-  m.add(std::make_unique<mpi::MpiAllreduce>(mpi, host_fusion));
+    m.add(std::make_unique<hierarchical::MpiHierarchicalAllreduce>(mpi, host_fusion,
+                                                                   options.host_copies));
+  m.add(std::make_unique<mpi::MpiAllreduce>(mpi, host_fusion, options.host_copies));
   m.add(std::make_unique<mpi::MpiAllgather>(mpi));
   m.add(std::make_unique<mpi::MpiBroadcast>(mpi));
   m.add(std::make_unique<mpi::MpiAlltoall>(mpi));

@@ -18,6 +18,7 @@
 // thread only.
 
 #include "comm/mpi_context.h"
+#include "ops/copy_workers.h"
 #include "ops/fusion_buffer.h"
 #include "ops/gpu_backend.h"
 #include "ops/operation_manager.h"
@@ -27,9 +28,10 @@ namespace hvd::ops {
 struct OperationsOptions {
   bool hierarchical_allreduce = false;  // HVD_HIERARCHICAL_ALLREDUCE
   bool nccl_fp16_compression = false;   // HVD_COMPRESSION=fp16 (the NCCL all-reduce)
+  CopyWorkers* host_copies = nullptr;   // HVD_COPY_THREADS: helpers of the host all-reduces' copies
 };
 
-// The ops keep references to `mpi`, `host_fusion` and `gpu`'s contexts: those must outlive the
+// The ops keep references to `mpi`, `host_fusion`, `options.host_copies` and `gpu`'s contexts: those must outlive the
 // returned manager (and gpu.shutdown() must come after its last use).
 OperationManager make_operations(const comm::MpiContext& mpi, FusionBuffer& host_fusion,
                                  const GpuBackend& gpu, const OperationsOptions& options);

@@ -7,6 +7,11 @@
 // (compress_copy: the prescale folded into the cast, rounded once) and unpacked with
 // decompress_copy (the factor folded in). Padding (parts > 1) is filled with zeros.
 //
+// With CopyWorkers that have helpers (HVD_COPY_THREADS, ops/copy_workers.h), a batch of at least
+// kParallelBytes is copied in slices of the packed buffer's elements, cut across tensors where
+// they fall, by the calling thread and the helpers together: every element is still written once,
+// by the same copy, scale or cast as on one thread, so the result is the same bit for bit.
+//
 // Every pack() and unpack() adds the bytes it copied to process-wide counters
 // (fusion_copy_counts()): the round trip through the fusion buffer that a batch of one tensor
 // reduced directly does not make, observable by tests. The background thread adds, any thread
@@ -16,6 +21,7 @@
 
 #include "common/dtype_math.h"
 #include "ops/collective_op.h"
+#include "ops/copy_workers.h"
 #include "ops/fused_allreduce.h"
 #include "ops/fusion_buffer.h"
 
@@ -34,7 +40,14 @@ class HostMemory {
  public:
   static constexpr bool kTraceCopies = true;
 
-  explicit HostMemory(FusionBuffer& buffer) : buffer_(&buffer) {}
+  // Below this many packed bytes a batch is copied on the calling thread alone; slices are at
+  // least kSliceBytes.
+  static constexpr int64_t kParallelBytes = 256 << 10;
+  static constexpr int64_t kSliceBytes = 64 << 10;
+
+  // `workers`: null, or helpers for the copies (they must outlive this).
+  explicit HostMemory(FusionBuffer& buffer, CopyWorkers* workers = nullptr)
+      : buffer_(&buffer), workers_(workers) {}
 
   bool holds(const OpBatch&) const { return true; }
   void scale(DataType dtype, const void* src, void* dst, int64_t n, double factor) {
@@ -45,7 +58,11 @@ class HostMemory {
   void unpack(OpBatch& batch, const PackedBatch& packed, double factor);
 
  private:
+  // How many slices a copy of `bytes` is cut into: 1 without helpers or below kParallelBytes.
+  int slices(int64_t bytes) const;
+
   FusionBuffer* buffer_;
+  CopyWorkers* workers_;
 };
 
 }  // namespace hvd::ops

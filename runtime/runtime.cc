@@ -167,7 +167,14 @@ void Runtime::build_operations() {
            "implements fp16 only); CPU tensors and host-staged CUDA tensors "
            "(HVD_GPU_OPERATIONS=MPI) travel as bf16.";
 #endif
+  // HVD_COPY_THREADS: helpers for the host fusion buffer's copies, where this rank has spare cores
+  // (a GPU rank keeps one more for its finalizer).
+  const int helpers = ops::copy_helpers(config_.copy_threads, topo.local_size, available_cores(),
+                                        gpu_.device >= 0 ? 3 : 2);
+  copy_workers_ = std::make_unique<ops::CopyWorkers>(helpers);
+  HVD_LOG(Debug) << "HVD_COPY_THREADS: " << helpers << " helper thread(s) for host copies";
   ops::OperationsOptions oo;
+  oo.host_copies = copy_workers_.get();
   oo.hierarchical_allreduce = config_.hierarchical_allreduce;
   oo.nccl_fp16_compression = config_.compression == "fp16";
   op_manager_ = ops::make_operations(*mpi_, fusion_buffer_, *gpu_backend_, oo);

@@ -26,6 +26,7 @@
 #include "comm/watchdog.h"
 #include "common/config.h"
 #include "hvd/collectives.h"
+#include "ops/copy_workers.h"
 #include "ops/fusion_buffer.h"
 #include "ops/gpu_backend.h"
 #include "ops/operation_manager.h"
@@ -103,6 +104,7 @@ class Runtime {
   bool finished_ = false;                  // shutdown() ran
   std::unique_ptr<comm::MpiContext> mpi_;  // topology(): any thread
   ops::FusionBuffer fusion_buffer_;
+  std::unique_ptr<ops::CopyWorkers> copy_workers_;  // before op_manager_: its ops point to it
   cluster::GpuAssignment gpu_;
   std::unique_ptr<ops::GpuBackend> gpu_backend_;  // before op_manager_: its ops point into it
   ops::OperationManager op_manager_;

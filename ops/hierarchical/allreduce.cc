@@ -28,8 +28,8 @@ HierarchicalPlan plan(const comm::MpiTopology& t) {
 }
 
 MpiHierarchicalAllreduce::MpiHierarchicalAllreduce(const comm::MpiContext& ctx,
-                                                   FusionBuffer& buffer)
-    : FusedAllreduce(HostMemory(buffer)), ctx_(ctx), plan_(plan(ctx.topology())) {
+                                                   FusionBuffer& buffer, CopyWorkers* copies)
+    : FusedAllreduce(HostMemory(buffer, copies)), ctx_(ctx), plan_(plan(ctx.topology())) {
   if (ctx_.topology().rank == 0) {
     if (plan_.use)
       HVD_LOG(Info) << plan_.reason;

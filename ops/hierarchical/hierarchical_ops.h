@@ -42,7 +42,8 @@ HierarchicalPlan plan(const comm::MpiTopology& topology);
 class MpiHierarchicalAllreduce : public FusedAllreduce<HostMemory> {
  public:
   // Logs the plan's reason on rank 0 (info when on, warning when the request is ignored).
-  MpiHierarchicalAllreduce(const comm::MpiContext& ctx, FusionBuffer& buffer);
+  MpiHierarchicalAllreduce(const comm::MpiContext& ctx, FusionBuffer& buffer,
+                           CopyWorkers* copies = nullptr);
   const char* name() const override { return "mpi_hierarchical_allreduce"; }
   bool enabled(const OpBatch& batch) const override {
     return plan_.use && batch.device.kind == Device::kCPU;

@@ -27,8 +27,9 @@ class MpiOp : public CollectiveOp {
 // (ctx.compression(); allreduce.cc describes the algorithm).
 class MpiAllreduce : public FusedAllreduce<HostMemory, MpiOp> {
  public:
-  MpiAllreduce(const comm::MpiContext& ctx, FusionBuffer& buffer)
-      : FusedAllreduce(HostMemory(buffer), ctx) {}
+  // `copies`: null, or helper threads for the fusion buffer's copies (ops/copy_workers.h).
+  MpiAllreduce(const comm::MpiContext& ctx, FusionBuffer& buffer, CopyWorkers* copies = nullptr)
+      : FusedAllreduce(HostMemory(buffer, copies), ctx) {}
   const char* name() const override { return "mpi_allreduce"; }
 
  protected:

@@ -6,7 +6,8 @@
 // contributors, zero-size and odd sizes, every dtype, the 16-bit packing of HVD_COMPRESSION with
 // its zero padding, a backend that folds part of the post factor into its reduction, and the
 // timeline phases, and the fusion-buffer copy counters (none for a lone tensor). Also the small
-// helpers of ops/collective_op.h (row_bytes, check_device).
+// helpers of ops/collective_op.h (row_bytes, check_device). And the copies cut into slices for
+// helper threads (HVD_COPY_THREADS): the same bytes reduced and written as on one thread.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -38,7 +39,8 @@ struct Call {
 
 class FakeAllreduce : public FusedAllreduce<HostMemory> {
  public:
-  explicit FakeAllreduce(FusionBuffer& buffer) : FusedAllreduce(HostMemory(buffer)) {}
+  explicit FakeAllreduce(FusionBuffer& buffer, CopyWorkers* copies = nullptr)
+      : FusedAllreduce(HostMemory(buffer, copies)) {}
   const char* name() const override { return "fake_allreduce"; }
   bool enabled(const OpBatch&) const override { return true; }
 
@@ -358,6 +360,76 @@ TEST(FusedAllreduce, CopyCountersSeeOnlyTheFusionBufferRoundTrip) {
   EXPECT_EQ(c.unpacked_bytes, 7 * 2);
   EXPECT_EQ(c.batches, 1);
   expect_results(compressed, {7}, 1.0, "compressed average");
+}
+
+// A batch large enough to be copied in slices (HostMemory::kParallelBytes) by 1-3 helpers and
+// the calling thread: the fusion buffer handed to reduce() and every output equal, bit for bit,
+// what one thread makes; for every dtype, in and out of place, with scales and the average, and
+// under 16-bit packing with padding. Slices cut through tensors (sizes of no round number of
+// slices, empty tensors among them, a tensor of one element at a slice's edge).
+TEST(FusedAllreduce, CopiesOnHelpersEqualOneThreadBitForBit) {
+  const std::vector<int64_t> sizes = {0, 70001, 3, 0, 65536, 1, 150001, 0, 9, 33333};
+  struct Case {
+    const char* what;
+    bool wire;
+    DataType packed_as;
+    int64_t parts;
+  };
+  const Case cases[] = {{"plain", false, DataType::kFloat32, 1},
+                        {"fp16 wire, 3 parts", true, DataType::kFloat16, 3},
+                        {"bf16 wire, 4 parts", true, DataType::kBFloat16, 4}};
+  for (int helpers : {1, 2, 3}) {
+    CopyWorkers workers(helpers);
+    for (const Case& k : cases) {
+      for (DataType dtype : kAllDtypes) {
+        if (k.wire && dtype != DataType::kFloat32 && dtype != DataType::kFloat64) continue;
+        for (bool in_place : {false, true}) {
+          for (double prescale : {1.0, 2.0}) {
+            SCOPED_TRACE(std::to_string(helpers) + " helpers, " + k.what + ", " +
+                         dtype_name(dtype) + (in_place ? ", in place" : "") + ", prescale " +
+                         std::to_string(prescale));
+            auto run = [&](CopyWorkers* copies, Tensors& t) {
+              FusionBuffer buffer;
+              FakeAllreduce op(buffer, copies);
+              op.pack_as_wire = k.wire;
+              op.packed_as = k.packed_as;
+              op.parts_of = k.parts;
+              OpBatch b = t.batch(prescale == 1.0 ? ReduceOp::kSum : ReduceOp::kAverage, prescale,
+                                  prescale == 1.0 ? 1.0 : 0.5, 3);
+              op.execute(b);
+              EXPECT_EQ(op.calls.size(), 1u);
+              return op.calls.empty() ? std::vector<unsigned char>{} : op.calls[0].bytes;
+            };
+            Tensors one(dtype, sizes, in_place), many(dtype, sizes, in_place);
+            const auto packed_one = run(nullptr, one);
+            const auto packed_many = run(&workers, many);
+            ASSERT_EQ(packed_one.size(), packed_many.size());
+            ASSERT_GE(static_cast<int64_t>(packed_one.size()), HostMemory::kParallelBytes);
+            ASSERT_TRUE(packed_one == packed_many) << "the packed buffers differ";
+            for (size_t j = 0; j < sizes.size(); ++j) {
+              const size_t bytes = static_cast<size_t>(sizes[j]) * dtype_size(dtype);
+              ASSERT_EQ(std::memcmp(one.result(j), many.result(j), bytes), 0) << "tensor " << j;
+              if (!in_place) {
+                ASSERT_EQ(many.out[j][bytes], 0xab) << "past tensor " << j;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Below HostMemory::kParallelBytes a batch is copied on the calling thread alone.
+TEST(FusedAllreduce, SmallBatchStaysOnTheCallingThread) {
+  CopyWorkers workers(2);
+  FusionBuffer buffer;
+  FakeAllreduce op(buffer, &workers);
+  Tensors t(DataType::kFloat32, {1000, 1000, 1000}, false);
+  OpBatch b = t.batch(ReduceOp::kSum, 1.0, 1.0, 2);
+  op.execute(b);
+  expect_results(t, {1000, 1000, 1000}, 2.0, "small batch");
+  EXPECT_EQ(workers.shared_runs(), 0);
 }
 
 TEST(CollectiveOpHelpers, RowBytes) {
