@@ -510,6 +510,7 @@ void Runtime::shutdown() {
   if (thread_.joinable()) thread_.join();
   if (watchdog_) watchdog_->stop();
   std::lock_guard<std::mutex> no_inline_op(exec_mu_);  // a user thread's single-rank op finishes
+  copy_workers_.reset();  // joins the copy helpers (no op runs any more)
   if (gpu_backend_) gpu_backend_->shutdown();
   if (timeline_) timeline_->close();
   if (broken_) {
