@@ -132,6 +132,10 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
 
   // Same seed everywhere, and rank 0's state broadcast anyway: every replica starts identical.
   net_->initialize(static_cast<uint64_t>(flags_.seed));
+  // state() is the host mirror of a GPU network's state: fill it from the initialised device state
+  // first, or the broadcast sends (and state_from_host() then uploads) the mirror's zeros, and the
+  // cuDNN model trains from all-zero weights, stuck at chance (Fashion-MNIST, 2026-11-27).
+  net_->state_to_host();
   strategy_->broadcast_parameters(net_->state());
   net_->state_from_host();
   if (flags_.resume) resume();

@@ -15,6 +15,14 @@
 #                               a non-zero exit within seconds and a clear line from every rank.
 #   MODE synthetic              TRAIN_CNN_NP ranks, --synthetic with the default flags, 3 epochs
 #                               of 4000 images per rank: final test accuracy >= 0.8.
+#   MODE initial-state          TRAIN_CNN_NP ranks, no step (--max-steps 0): the weights a run
+#                               starts from (after rank 0's broadcast) are bitwise those of the
+#                               CPU model on 1 rank with the same seed.
+# TRAIN_CNN_DEVICE (default cpu) is the --device of synthetic's and initial-state's runs; with cuda
+# and no visible NVIDIA GPU the script prints SKIPPED and exits 77 (several ranks on one GPU need
+# HVD_GPU_OPERATIONS=MPI). A GPU network keeps host mirrors of its state, which the CPU's does not:
+# its broadcast once sent the mirrors' zeros, and the cuDNN model trained from all-zero weights, at
+# chance on Fashion-MNIST, while every GPU test passed (initial-state and synthetic on cuda catch it).
 # COMPARE is test_train_cnn_compare (A B TOLERANCE|bitwise). same-loss reads NP, B, STEPS and the
 # global learning rate LR from TRAIN_CNN_NP (default 2), TRAIN_CNN_BATCH (32), TRAIN_CNN_STEPS (20)
 # and TRAIN_CNN_LR (0.02).
@@ -31,6 +39,11 @@ mode=$1 train_cnn=$2 compare=$3 workdir=$4
 shift 4
 mpiexec=("$@")
 data_dir=${TRAIN_CNN_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+device=${TRAIN_CNN_DEVICE:-cpu}
+if [[ $device == cuda ]] && ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "SKIPPED: TRAIN_CNN_DEVICE=cuda but no NVIDIA GPU is visible (nvidia-smi -L lists none)"
+  exit 77
+fi
 
 rm -rf "$workdir"
 mkdir -p "$workdir"
@@ -197,15 +210,30 @@ case "$mode" in
     # Measured: 0.907 (1 rank), 0.903 (2 ranks), ~0.85 (4 ranks); the set of before (random pixel
     # prototypes) diverged to chance (0.096) on 1 rank with 8000 images and on 2 ranks.
     np=${TRAIN_CNN_NP:-2}
-    "${mpiexec[@]}" -np "$np" "$train_cnn" --synthetic --synthetic-size $((np * 4000)) --epochs 3 \
-      --metrics-csv none --progress lines --log-every 1000 >synthetic.log 2>&1 ||
-      { cat synthetic.log; fail "train_cnn --synthetic on $np ranks exited non-zero"; }
+    "${mpiexec[@]}" -np "$np" "$train_cnn" --device "$device" --synthetic --synthetic-size $((np * 4000)) \
+      --epochs 3 --metrics-csv none --progress lines --log-every 1000 >synthetic.log 2>&1 ||
+      { cat synthetic.log; fail "train_cnn --device $device --synthetic on $np ranks exited non-zero"; }
     grep -E 'done \(' synthetic.log
     acc=$(sed -n 's/.*test accuracy \([0-9.]*\);.*/\1/p' synthetic.log | tail -n 1)
     [[ -n $acc ]] || { cat synthetic.log; fail "no final test accuracy in the output"; }
     awk -v a="$acc" 'BEGIN { exit !(a >= 0.8) }' ||
-      fail "test accuracy $acc after 3 epochs of the synthetic set on $np ranks (expected >= 0.8)"
-    echo "PASS: the synthetic set trains on $np ranks with the default flags: test accuracy $acc"
+      fail "test accuracy $acc after 3 epochs of the synthetic set on $np ranks, --device $device (expected >= 0.8)"
+    echo "PASS: the synthetic set trains on $np ranks (--device $device) with the default flags: test accuracy $acc"
+    ;;
+
+  initial-state)
+    np=${TRAIN_CNN_NP:-1}
+    common=(--synthetic --test-limit 0 --max-steps 0 --metrics-csv none --progress lines)
+    mpi "$np" --device "$device" --synthetic-size $((np * 64)) "${common[@]}" --dump-weights start.bin \
+      >start.log 2>&1 || { cat start.log; fail "train_cnn --device $device --max-steps 0 on $np ranks exited non-zero"; }
+    mpi 1 --device cpu --synthetic-size 64 "${common[@]}" --dump-weights cpu.bin >cpu.log 2>&1 ||
+      { cat cpu.log; fail "train_cnn --device cpu --max-steps 0 exited non-zero"; }
+    # Not a state of zeros on both sides: the CPU model's initial weights are mostly non-zero.
+    nonzero=$(od -An -v -tx4 -w4 cpu.bin | grep -vc ' 00000000$')
+    ((nonzero > 1000)) || fail "the CPU model's initial weights have only $nonzero non-zero values"
+    "$compare" start.bin cpu.bin bitwise ||
+      fail "the weights a run starts from on $device ($np ranks) are not the CPU model's initial weights (same seed)"
+    echo "PASS: a run on $np ranks (--device $device) starts from the seed's weights ($nonzero non-zero of them)"
     ;;
 
   *)
