@@ -1,8 +1,14 @@
 #include "comm/mpi_context.h"
 
+#include <sched.h>
+
+#include <algorithm>
 #include <cctype>
 #include <sstream>
+#include <thread>
 #include <vector>
+
+#include "cluster/cores.h"
 
 #include "hvd/config.h"
 #include "hvd/error.h"
@@ -102,6 +108,17 @@ MpiContext::MpiContext(int fake_local_size) {
   MPI_CHECK(MPI_Allgather(&topo_.local_size, 1, MPI_INT, local_sizes.data(), 1, MPI_INT, world_));
   topo_.homogeneous = true;
   for (int s : local_sizes) topo_.homogeneous = topo_.homogeneous && s == local_sizes[0];
+  // Every rank's CPU mask on this node: how many cores this rank may count as its own.
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) {
+    const int n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    for (int c = 0; c < n && c < CPU_SETSIZE; ++c) CPU_SET(c, &mine);
+  }
+  std::vector<cpu_set_t> masks(static_cast<size_t>(topo_.local_size));
+  MPI_CHECK(
+      MPI_Allgather(&mine, sizeof mine, MPI_BYTE, masks.data(), sizeof mine, MPI_BYTE, local_));
+  topo_.cores_per_rank = cluster::cores_per_rank(mine, masks);
 
   MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &half_type_));
   MPI_CHECK(MPI_Type_commit(&half_type_));

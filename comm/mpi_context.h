@@ -66,6 +66,9 @@ struct MpiTopology {
   int local_rank = 0, local_size = 1;
   int cross_rank = 0, cross_size = 1;
   bool homogeneous = true;
+  // The cores this rank may count as its own (cluster/cores.h: its affinity mask divided among
+  // the node's ranks whose masks overlap it); at least 1.
+  int cores_per_rank = 1;
 };
 
 class MpiContext {

@@ -50,16 +50,15 @@ class Backoff {
 // Only the calling thread is affected; the user's threads keep theirs.
 inline void precise_timed_waits() { prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0); }
 
-// HVD_WAIT_POLL_US's value: `configured` when set (>= 0); for -1 (auto), 50 us where the process
-// may run on at least `threads_per_rank` cores per rank of its node (each rank's polling threads
-// can spin on a core of their own: the user thread and the background thread, and on a GPU rank
-// the finalizer's, which asks for three), else 0: where ranks share cores, a spinning thread takes
-// the core that the thread it waits for needs (measured on 2 cores, 2 ranks: a 4-byte all-reduce
-// 17 -> 124-142 us with a 50 us poll).
-inline int64_t wait_poll_us(int64_t configured, int local_size, int cores,
-                            int threads_per_rank = 2) {
+// HVD_WAIT_POLL_US's value: `configured` when set (>= 0); for -1 (auto), 50 us where the rank may
+// count at least `threads_per_rank` cores as its own (MpiTopology::cores_per_rank,
+// cluster/cores.h: each of its polling threads can spin on a core of its own: the user thread and
+// the background thread, and on a GPU rank the finalizer's, which asks for three), else 0: where
+// ranks share cores, a spinning thread takes the core that the thread it waits for needs
+// (measured on 2 cores, 2 ranks: a 4-byte all-reduce 17 -> 124-142 us with a 50 us poll).
+inline int64_t wait_poll_us(int64_t configured, int cores_per_rank, int threads_per_rank = 2) {
   if (configured >= 0) return configured;
-  return cores >= threads_per_rank * std::max(local_size, 1) ? 50 : 0;
+  return cores_per_rank >= threads_per_rank ? 50 : 0;
 }
 
 // Spins until `ready()` or `us` microseconds have passed; returns ready()'s last answer. For a wait

@@ -77,8 +77,9 @@ const std::vector<ConfigVar>& config_registry() {
        "-1",
        "Microseconds a thread about to sleep polls first: Handle::wait() for its operation, the "
        "background thread between cycles for a submission (no futex wake-up when the answer comes "
-       "meanwhile). -1: 50 where the process's cores are at least twice the ranks on the node (a "
-       "user and a background thread each), else 0; 0: never poll.",
+       "meanwhile). -1: 50 where the rank may count at least 2 cores as its own (its CPU mask "
+       "divided among the node's ranks whose masks overlap it: a user and a background thread "
+       "each), else 0; 0: never poll.",
        {},
        -1,
        100000,
@@ -89,10 +90,9 @@ const std::vector<ConfigVar>& config_registry() {
        ConfigType::kInt,
        "-1",
        "Helper threads per rank that copy a large fused batch (256 KiB or more) into and out of "
-       "the "
-       "host fusion buffer beside the thread running it. -1: the cores this rank may use beyond "
-       "its own threads (cores / ranks on the node - 2, a GPU rank - 3), at most 3, so none where "
-       "ranks share cores; 0: none.",
+       "the host fusion buffer beside the thread running it. -1: the cores the rank counts as "
+       "its own (as for HVD_WAIT_POLL_US) beyond its own threads (2; a GPU rank 3), at most 3, so "
+       "none where ranks share cores; 0: none.",
        {},
        -1,
        15,

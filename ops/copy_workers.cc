@@ -82,11 +82,10 @@ void CopyWorkers::helper_loop() {
   }
 }
 
-int copy_helpers(int64_t configured, int local_size, int cores, int threads_per_rank) {
+int copy_helpers(int64_t configured, int cores_per_rank, int threads_per_rank) {
   if (configured >= 0)
     return static_cast<int>(std::min<int64_t>(configured, CopyWorkers::kMaxHelpers));
-  const int per_rank = cores / std::max(local_size, 1);
-  return std::clamp(per_rank - threads_per_rank, 0, 3);
+  return std::clamp(cores_per_rank - threads_per_rank, 0, 3);
 }
 
 }  // namespace hvd::ops

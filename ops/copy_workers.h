@@ -78,9 +78,9 @@ class CopyWorkers {
 };
 
 // HVD_COPY_THREADS's value: `configured` when set (>= 0); for -1 (auto), the cores this rank may
-// use beyond `threads_per_rank` of its own (the user and background threads; a GPU rank's
-// finalizer too), when the process may run on `cores` cores shared by `local_size` ranks, at most
-// 3 (a copy's speed-up levels off at a few threads as memory bandwidth runs out).
-int copy_helpers(int64_t configured, int local_size, int cores, int threads_per_rank);
+// count as its own (MpiTopology::cores_per_rank, cluster/cores.h) beyond `threads_per_rank` of its
+// own threads (the user and background threads; a GPU rank's finalizer too), at most 3 (a copy's
+// speed-up levels off at a few threads as memory bandwidth runs out).
+int copy_helpers(int64_t configured, int cores_per_rank, int threads_per_rank);
 
 }  // namespace hvd::ops

@@ -22,13 +22,6 @@
 namespace hvd {
 namespace {
 
-// The cores this process may run on (its affinity mask: mpirun --bind-to core, cgroups, taskset).
-int available_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::thread::hardware_concurrency());
-}
-
 // An MPI context abandoned after a communication failure, kept reachable so that a leak checker
 // does not report it (volatile: the store must not be optimised away as dead).
 comm::MpiContext* volatile g_abandoned_mpi = nullptr;
@@ -101,9 +94,8 @@ Runtime::Runtime(const Config& config, PeerLossHandler on_peer_loss) : config_(c
   build_controller(thread_multiple_, std::move(on_peer_loss));
   executor_ = std::make_unique<Executor>(mpi_->topology().rank, queue_, op_manager_, *gpu_backend_,
                                          *watchdog_, timeline_.get());
-  wake_.poll_us.store(
-      wait_poll_us(config_.wait_poll_us, mpi_->topology().local_size, available_cores()),
-      std::memory_order_relaxed);
+  wake_.poll_us.store(wait_poll_us(config_.wait_poll_us, mpi_->topology().cores_per_rank),
+                      std::memory_order_relaxed);
   thread_ = std::thread([this] { loop(); });
   // (top -H, gdb, /proc/<pid>/task; named here, so that it has its name once this returns)
   pthread_setname_np(thread_.native_handle(), "hvd-background");
@@ -150,7 +142,7 @@ void Runtime::build_operations() {
   ops::GpuBackendOptions go;
   go.device = gpu_.device;
   go.use_nccl = config_.gpu_operations != "MPI" && !shared;
-  go.finalizer_poll_us = wait_poll_us(config_.wait_poll_us, topo.local_size, available_cores(),
+  go.finalizer_poll_us = wait_poll_us(config_.wait_poll_us, topo.cores_per_rank,
                                       /*threads_per_rank=*/3);
   go.async_completion = config_.async_completion;
   if (gpu_.device >= 0 && config_.gpu_operations != "MPI" && shared && topo.rank == 0)
@@ -169,10 +161,11 @@ void Runtime::build_operations() {
 #endif
   // HVD_COPY_THREADS: helpers for the host fusion buffer's copies, where this rank has spare cores
   // (a GPU rank keeps one more for its finalizer).
-  const int helpers = ops::copy_helpers(config_.copy_threads, topo.local_size, available_cores(),
-                                        gpu_.device >= 0 ? 3 : 2);
+  const int helpers =
+      ops::copy_helpers(config_.copy_threads, topo.cores_per_rank, gpu_.device >= 0 ? 3 : 2);
   copy_workers_ = std::make_unique<ops::CopyWorkers>(helpers);
-  HVD_LOG(Debug) << "HVD_COPY_THREADS: " << helpers << " helper thread(s) for host copies";
+  HVD_LOG(Debug) << "cores this rank counts as its own: " << topo.cores_per_rank
+                 << "; HVD_COPY_THREADS: " << helpers << " helper thread(s) for host copies";
   ops::OperationsOptions oo;
   oo.host_copies = copy_workers_.get();
   oo.hierarchical_allreduce = config_.hierarchical_allreduce;

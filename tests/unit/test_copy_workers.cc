@@ -92,19 +92,19 @@ TEST(CopyWorkers, HelpersClampedToTheLimit) {
   EXPECT_EQ(CopyWorkers(CopyWorkers::kMaxHelpers + 4).helpers(), CopyWorkers::kMaxHelpers);
 }
 
+// The second argument is the cores the rank may count as its own (cluster/cores.h).
 TEST(CopyHelpers, SetValueWinsAutoCountsSpareCores) {
-  EXPECT_EQ(copy_helpers(0, 1, 64, 2), 0);
-  EXPECT_EQ(copy_helpers(2, 2, 2, 2), 2) << "set: used even where cores are shared";
-  EXPECT_EQ(copy_helpers(99, 1, 2, 2), CopyWorkers::kMaxHelpers);
+  EXPECT_EQ(copy_helpers(0, 64, 2), 0);
+  EXPECT_EQ(copy_helpers(2, 1, 2), 2) << "set: used even where cores are shared";
+  EXPECT_EQ(copy_helpers(99, 1, 2), CopyWorkers::kMaxHelpers);
   // auto (-1): cores per rank beyond the rank's own threads, at most 3
-  EXPECT_EQ(copy_helpers(-1, 2, 2, 2), 0) << "2 ranks on 2 cores";
-  EXPECT_EQ(copy_helpers(-1, 1, 2, 2), 0) << "1 rank on 2 cores";
-  EXPECT_EQ(copy_helpers(-1, 1, 3, 2), 1);
-  EXPECT_EQ(copy_helpers(-1, 2, 16, 2), 3) << "2 ranks on 16 cores";
-  EXPECT_EQ(copy_helpers(-1, 4, 16, 2), 2);
-  EXPECT_EQ(copy_helpers(-1, 4, 16, 3), 1) << "a GPU rank keeps a core for its finalizer";
-  EXPECT_EQ(copy_helpers(-1, 8, 16, 2), 0);
-  EXPECT_EQ(copy_helpers(-1, 0, 4, 2), 2) << "local size 0 counts as 1";
+  EXPECT_EQ(copy_helpers(-1, 1, 2), 0) << "2 ranks on 2 cores";
+  EXPECT_EQ(copy_helpers(-1, 2, 2), 0) << "1 rank on 2 cores";
+  EXPECT_EQ(copy_helpers(-1, 3, 2), 1);
+  EXPECT_EQ(copy_helpers(-1, 8, 2), 3) << "2 ranks on 16 cores";
+  EXPECT_EQ(copy_helpers(-1, 4, 2), 2) << "4 ranks on 16 cores";
+  EXPECT_EQ(copy_helpers(-1, 4, 3), 1) << "a GPU rank keeps a core for its finalizer";
+  EXPECT_EQ(copy_helpers(-1, 0, 2), 0);
 }
 
 }  // namespace

@@ -17,30 +17,26 @@
 namespace hvd {
 namespace {
 
-TEST(WaitPoll, AutoPollsOnlyWithTwoCoresPerRankOfTheNode) {
-  EXPECT_EQ(wait_poll_us(-1, 1, 2), 50);  // one rank: its user and background thread
-  EXPECT_EQ(wait_poll_us(-1, 1, 1), 0);   // one core: a spinning thread takes it from the other
-  EXPECT_EQ(wait_poll_us(-1, 2, 2), 0);   // this project's VM at 2 ranks
-  EXPECT_EQ(wait_poll_us(-1, 2, 3), 0);
-  EXPECT_EQ(wait_poll_us(-1, 2, 4), 50);
-  EXPECT_EQ(wait_poll_us(-1, 8, 16), 50);  // a GPU node: 8 ranks, 16 cores
-  EXPECT_EQ(wait_poll_us(-1, 8, 15), 0);
-  EXPECT_EQ(wait_poll_us(-1, 0, 2), 50);  // an unknown local size counts as one rank
+// The second argument is the cores the rank may count as its own (cluster/cores.h; e.g. 2 cores
+// shared by 2 ranks: 1).
+TEST(WaitPoll, AutoPollsOnlyWithTwoCoresPerRank) {
+  EXPECT_EQ(wait_poll_us(-1, 2), 50);  // one rank on 2 cores: its user and background thread
+  EXPECT_EQ(wait_poll_us(-1, 1), 0);   // one core: a spinning thread takes it from the other
+  EXPECT_EQ(wait_poll_us(-1, 8), 50);  // 2 ranks on 16 cores, or SLURM --cpus-per-task=8
 }
 
 // The GPU finalizer is a rank's third polling thread: auto polls there only with three cores per
 // rank (runtime/runtime.cc, ops/cuda/finalizer.h).
 TEST(WaitPoll, TheFinalizerAsksForThreeCoresPerRank) {
-  EXPECT_EQ(wait_poll_us(-1, 1, 3, 3), 50);  // the GPU machine's 1 rank on 16 cores: on
-  EXPECT_EQ(wait_poll_us(-1, 1, 2, 3), 0);   // this VM's 2 cores at 1 rank: the other two poll
-  EXPECT_EQ(wait_poll_us(-1, 8, 16, 3), 0);  // 8 GPUs on 16 cores: off
-  EXPECT_EQ(wait_poll_us(-1, 8, 24, 3), 50);
-  EXPECT_EQ(wait_poll_us(100, 8, 16, 3), 100);  // a set value is taken as it is
+  EXPECT_EQ(wait_poll_us(-1, 16, 3), 50);   // the GPU machine's 1 rank on 16 cores: on
+  EXPECT_EQ(wait_poll_us(-1, 2, 3), 0);     // this VM's 2 cores at 1 rank: the other two poll
+  EXPECT_EQ(wait_poll_us(-1, 3, 3), 50);    // 8 GPUs on 24 cores
+  EXPECT_EQ(wait_poll_us(100, 2, 3), 100);  // a set value is taken as it is
 }
 
 TEST(WaitPoll, ASetValueIsTakenAsItIs) {
-  EXPECT_EQ(wait_poll_us(0, 1, 64), 0);
-  EXPECT_EQ(wait_poll_us(200, 4, 2), 200);
+  EXPECT_EQ(wait_poll_us(0, 64), 0);
+  EXPECT_EQ(wait_poll_us(200, 1), 200);
 }
 
 TEST(WaitPoll, PollForSeesAnAnswerFromAnotherThread) {
