@@ -47,6 +47,39 @@ struct CpuDevice {
 
 using CpuNetwork = NetworkAdapter<model::Model, model::SgdMomentum, CpuDevice>;
 
+// The CPU model with its state in host mirrors of its own, as the GPU network keeps them
+// (gpu/cudnn_network.cc): state() is read and written only through to_host()/from_host(). A test
+// hook (TRAIN_CNN_TEST_HOST_MIRRORS=1): the trainer's state transfers (the initial broadcast,
+// checkpoints, resume, --dump-weights) then run as on a GPU, on machines without one; a transfer
+// that skips a to_host() or from_host() sends or keeps stale mirrors (the broadcast once sent the
+// mirrors' zeros and the cuDNN model trained from all-zero weights).
+struct MirroredCpuDevice : CpuDevice {
+  MirroredCpuDevice(model::Model& net, const NetworkOptions& options)
+      : CpuDevice(net, options),
+        params_(static_cast<size_t>(net.num_parameters())),
+        velocity_(params_.size()) {}
+  std::span<float> parameters(model::Model& /*net*/) { return params_; }
+  std::span<float> velocity(model::SgdMomentum& /*opt*/) { return velocity_; }
+  void to_host(model::Model& net, model::SgdMomentum& opt) {
+    std::ranges::copy(net.flat_parameters(), params_.begin());
+    std::ranges::copy(opt.velocity(), velocity_.begin());
+  }
+  void from_host(model::Model& net, model::SgdMomentum& opt) {
+    std::ranges::copy(params_, net.flat_parameters().begin());
+    std::ranges::copy(velocity_, opt.velocity().begin());
+  }
+
+ private:
+  std::vector<float> params_, velocity_;
+};
+
+using MirroredCpuNetwork = NetworkAdapter<model::Model, model::SgdMomentum, MirroredCpuDevice>;
+
+bool test_host_mirrors() {
+  const char* v = std::getenv("TRAIN_CNN_TEST_HOST_MIRRORS");
+  return v != nullptr && std::string(v) == "1";
+}
+
 int visible_cuda_devices() {
 #if TRAIN_CNN_GPU_MODEL
   // GPU MODEL: the visible CUDA devices (0 when the driver reports none).
@@ -98,6 +131,7 @@ DeviceChoice resolve_device(const std::string& requested, int local_rank) {
 std::unique_ptr<Network> make_network(const DeviceChoice& device, const NetworkOptions& options) {
   switch (device.kind) {
     case DeviceKind::kCpu:
+      if (test_host_mirrors()) return std::make_unique<MirroredCpuNetwork>(options);
       return std::make_unique<CpuNetwork>(options);
     case DeviceKind::kCuda:
 #if TRAIN_CNN_GPU_MODEL

@@ -22,7 +22,9 @@
 # and no visible NVIDIA GPU the script prints SKIPPED and exits 77 (several ranks on one GPU need
 # HVD_GPU_OPERATIONS=MPI). A GPU network keeps host mirrors of its state, which the CPU's does not:
 # its broadcast once sent the mirrors' zeros, and the cuDNN model trained from all-zero weights, at
-# chance on Fashion-MNIST, while every GPU test passed (initial-state and synthetic on cuda catch it).
+# chance on Fashion-MNIST, while every GPU test passed (initial-state and synthetic on cuda catch it,
+# and initial-state on the CPU with TRAIN_CNN_TEST_HOST_MIRRORS=1, where the CPU model keeps such
+# mirrors too: examples/train_cnn/network.cc).
 # COMPARE is test_train_cnn_compare (A B TOLERANCE|bitwise). same-loss reads NP, B, STEPS and the
 # global learning rate LR from TRAIN_CNN_NP (default 2), TRAIN_CNN_BATCH (32), TRAIN_CNN_STEPS (20)
 # and TRAIN_CNN_LR (0.02).
