@@ -61,6 +61,14 @@ inline int64_t wait_poll_us(int64_t configured, int cores_per_rank, int threads_
   return cores_per_rank >= threads_per_rank ? 50 : 0;
 }
 
+// One step of a spin-wait: tells the CPU this thread is spinning (x86 PAUSE), so that it yields
+// the core's resources to its sibling hyperthread.
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // Spins until `ready()` or `us` microseconds have passed; returns ready()'s last answer. For a wait
 // that is about to block (a condition variable, a futex): where the answer comes within the poll,
 // the waiter is not put to sleep and woken again, which costs 10-30 us on a virtual machine. The
@@ -71,9 +79,7 @@ bool poll_for(int64_t us, Ready&& ready) {
   while (true) {
     for (int i = 0; i < 64; ++i) {
       if (ready()) return true;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      cpu_pause();
     }
     if (std::chrono::steady_clock::now() >= until) return ready();
   }

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/backoff.h"
+
 namespace hvd::ops {
 
 CopyWorkers::CopyWorkers(int helpers) {
@@ -42,11 +44,7 @@ void CopyWorkers::run(int slices, FunctionRef<void(int)> fn) {
     wake_.notify_all();
     while (take_one(call_, /*helper=*/false)) {}
     // The slices still running are on helpers that are awake: a short spin.
-    while (done_.load(std::memory_order_acquire) < n) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
+    while (done_.load(std::memory_order_acquire) < n) cpu_pause();
     if (helper_joined_.load(std::memory_order_relaxed))
       shared_runs_.fetch_add(1, std::memory_order_relaxed);
   }

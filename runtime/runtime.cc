@@ -1,7 +1,6 @@
 #include "runtime/runtime.h"
 
 #include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
