@@ -35,6 +35,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hvd/hvd.h"
@@ -204,19 +205,34 @@ std::vector<int64_t> pick_splits(FuzzedDataProvider& in, const TensorRef& t) {
 // which runtime/api.cc shows a bad name: NUL bytes as \0, at most 64 bytes, then "..."), alone or
 // as a group's "<name>.<i>", becomes N. A fuzzed name may hold any text, "allreduce of 'x' failed:"
 // or a whole catalogue sentence included: the checks below look at what hvd wrote around it.
-std::string without_name(std::string m, const std::string& name) {
-  auto replace_all = [&](const std::string& what, const std::string& with) {
-    for (size_t at = m.find(what); at != std::string::npos; at = m.find(what, at + with.size()))
-      m.replace(at, what.size(), with);
-  };
+// With `first_only`, only the earliest occurrence (where "<op> of '<name>'" puts it) is taken out:
+// for a name that is also text hvd writes itself, such as '__hvd.' in the reserved-name message.
+std::string without_name(std::string m, const std::string& name, bool first_only = false) {
   std::string shown;
   for (char c : name) shown += c == '\0' ? std::string("\\0") : std::string(1, c);
   if (shown.size() > 64) shown = shown.substr(0, 64) + "...";
+  std::vector<std::pair<std::string, std::string>> forms;  // what, with
   for (const std::string& form : {name, shown}) {
     if (form.empty()) continue;
-    replace_all("'" + form + "'", "'N'");
-    replace_all("'" + form + ".", "'N.");
+    forms.emplace_back("'" + form + "'", "'N'");
+    forms.emplace_back("'" + form + ".", "'N.");
   }
+  if (first_only) {
+    size_t first = std::string::npos;
+    const std::pair<std::string, std::string>* which = nullptr;
+    for (const auto& f : forms) {
+      const size_t at = m.find(f.first);
+      if (at < first) {
+        first = at;
+        which = &f;
+      }
+    }
+    if (which != nullptr) m.replace(first, which->first.size(), which->second);
+    return m;
+  }
+  for (const auto& [what, with] : forms)
+    for (size_t at = m.find(what); at != std::string::npos; at = m.find(what, at + with.size()))
+      m.replace(at, what.size(), with);
   return m;
 }
 
@@ -244,7 +260,10 @@ void check_error(const hvd::Error& e, const std::string& name) {
   HVD_FUZZ_CHECK(hvdtest::repeated_prefix(canonical).empty(), "a repeated prefix: " + m);
   static std::set<std::string> checked;
   if (checked.insert(message_kind(canonical)).second) {
-    const std::string why = hvdtest::catalogue_mismatch(catalogue(), canonical);
+    std::string why = hvdtest::catalogue_mismatch(catalogue(), canonical);
+    if (!why.empty() &&
+        hvdtest::catalogue_mismatch(catalogue(), without_name(m, name, true)).empty())
+      why.clear();
     HVD_FUZZ_CHECK(why.empty(), why + "\n  (as emitted: " + m + ")");
   }
 }
