@@ -59,8 +59,8 @@ add_library(train_cnn_model STATIC
 target_include_directories(train_cnn_model PUBLIC ${_train_cnn_dir} ${PROJECT_SOURCE_DIR}/include)
 target_compile_features(train_cnn_model PUBLIC cxx_std_20)
 # The elementwise loops (ReLU, pooling, im2col, SGD) only vectorise at -O3 with GCC (about 6%
-# faster per image); no -ffast-math, so results stay bitwise reproducible. Only the hot files:
-# GCC 12 gives a false -Wrestrict on std::string concatenation at -O3 elsewhere.
+# faster per image); no -ffast-math, so results stay bitwise reproducible. Only the hot files need
+# it (the rest builds at the build type's level).
 set_source_files_properties(
   ${_train_cnn_dir}/model/conv2d.cc ${_train_cnn_dir}/model/maxpool2d.cc
   ${_train_cnn_dir}/model/relu.cc ${_train_cnn_dir}/model/sgd_momentum.cc

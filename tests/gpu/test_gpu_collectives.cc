@@ -314,12 +314,13 @@ TEST_F(GpuCollectives, CompletionIsOrderedOnTheOutputStream) {
     wait_ok(h, name);
     query = cudaStreamQuery(user);
   }
-  if (!async)
+  if (!async) {
     EXPECT_EQ(query, cudaSuccess) << "wait() returned before the GPU work was done (rank " << rank_
                                   << ")";
-  else if (nccl)
+  } else if (nccl) {
     EXPECT_EQ(query, cudaErrorNotReady)
         << "with HVD_ENABLE_ASYNC_COMPLETION=1, wait() waited for the GPU (rank " << rank_ << ")";
+  }
   Buffer got(DataType::kFloat32, n);
   EXPECT_EQ(cudaMemcpyAsync(got.data(), out.ref({n}).data(), n * sizeof(float),
                             cudaMemcpyDeviceToHost, user),

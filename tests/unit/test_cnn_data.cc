@@ -263,10 +263,12 @@ TEST(Synthetic, IsDeterministicInRangeAndSharesShapesAcrossSampleSeeds) {
     const auto lit = std::count_if(img.begin(), img.end(), [](float p) { return p > 0.0f; });
     EXPECT_GT(lit, 28 * 28 / 20) << "sample " << i << ": no object";
     EXPECT_LT(lit, 28 * 28 * 3 / 4) << "sample " << i << ": no background";
-    for (int64_t k = 0; k < i; ++k)
-      if (c.labels[k] != c.labels[i])
+    for (int64_t k = 0; k < i; ++k) {
+      if (c.labels[k] != c.labels[i]) {
         EXPECT_FALSE(std::equal(img.begin(), img.end(), c.image(k).begin()))
             << "classes " << c.labels[k] << " and " << c.labels[i] << " look alike";
+      }
+    }
   }
   EXPECT_EQ(td::make_synthetic(0, 1).count, 0);
   EXPECT_THROW(td::make_synthetic(-1, 1), hvd::InvalidArgumentError);
