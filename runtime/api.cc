@@ -698,7 +698,7 @@ void barrier() {
   // would then wait for a name the other ranks never send. Barriers of several user threads of
   // one rank take turns (one name can be in flight once per rank).
   std::lock_guard<std::mutex> turn(owner->barrier_mutex());
-  const std::string name = "__hvd.barrier";
+  const std::string name = kBarrierName;
   Handle h;
   {
     Using rt("barrier()");
@@ -710,7 +710,7 @@ void barrier() {
 }
 
 int join() {
-  const std::string name = "__hvd.join";
+  const std::string name = kJoinName;
   auto state = detail::make_handle_state(1);
   Handle h;
   {

@@ -189,7 +189,7 @@ void Coordinator::release_join(std::vector<Response>& out) {
   if (joined_ranks_.empty() || static_cast<int>(joined_ranks_.size()) != size_) return;
   Response j;
   j.type = ResponseType::kJoin;
-  j.names = {"__hvd.join"};
+  j.names = {kJoinName};
   j.shapes = {{}};
   j.last_joined_rank = last_joined_;
   j.contributors = 0;

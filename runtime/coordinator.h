@@ -22,9 +22,6 @@
 
 namespace hvd {
 
-// The name of the error response that carries the reason for a shutdown decided on rank 0.
-inline constexpr const char* kShutdownNotice = "__hvd.shutdown";
-
 // The response every rank runs for this request when all ranks agree with it: its name, shape,
 // dtype and parameters, `contributors` ranks contributing (allgather: first_dims of rank 0 only, for
 // a job of one rank). Coordinator::build_response() and the single-rank path (runtime/runtime.cc).

@@ -9,13 +9,27 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/ranks.h"
+#include "hvd/collectives.h"
 #include "hvd/tensor.h"
 #include "ops/collective_op.h"
 
 namespace hvd {
+
+// hvd's own operation names, under the prefix user names may not take (hvd::kReservedNamePrefix,
+// refused in runtime/api.cc). Each is written here only: the ranks' requests, rank 0's responses
+// and the executor find one another by these names.
+inline constexpr const char* kBarrierName = "__hvd.barrier";  // every barrier()
+inline constexpr const char* kJoinName = "__hvd.join";        // join(), and its release response
+// The error response that carries the reason for a shutdown decided on rank 0.
+inline constexpr const char* kShutdownNotice = "__hvd.shutdown";
+static_assert(std::string_view(kBarrierName).starts_with(kReservedNamePrefix) &&
+                  std::string_view(kJoinName).starts_with(kReservedNamePrefix) &&
+                  std::string_view(kShutdownNotice).starts_with(kReservedNamePrefix),
+              "hvd's own names must be reserved ones, or a user's tensor could take them");
 
 enum class RequestType : uint8_t {
   kAllreduce,
