@@ -104,22 +104,4 @@ void ResponseCache::erase(uint32_t position) {
   slots_[position].reset();
 }
 
-std::vector<Response> split_response(const Response& fused) {
-  std::vector<Response> out;
-  out.reserve(fused.names.size());
-  for (size_t i = 0; i < fused.names.size(); ++i) {
-    Response r = fused;
-    r.names = {fused.names[i]};
-    r.shapes = {fused.shapes.at(i)};
-    if (!fused.lanes.empty()) r.lanes = {fused.lanes.at(i)};
-    if (!fused.first_dims.empty() && fused.names.size() > 0) {
-      size_t per = fused.first_dims.size() / fused.names.size();
-      r.first_dims.assign(fused.first_dims.begin() + i * per,
-                          fused.first_dims.begin() + (i + 1) * per);
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
 }  // namespace hvd

@@ -83,7 +83,4 @@ class ResponseCache {
   void lru_push_front(uint32_t position);
 };
 
-// Splits a (possibly fused) response into one response per tensor.
-std::vector<Response> split_response(const Response& fused);
-
 }  // namespace hvd

@@ -25,6 +25,23 @@ using testing::InProcessHub;
 using Clock = std::chrono::steady_clock;
 
 // One tensor of a (possibly fused) response, as a rank executed it.
+// One response per tensor of a (possibly fused) response: what each tensor's Seen record shows.
+inline std::vector<Response> split_response(const Response& fused) {
+  std::vector<Response> out;
+  out.reserve(fused.names.size());
+  const size_t per = fused.names.empty() ? 0 : fused.first_dims.size() / fused.names.size();
+  for (size_t i = 0; i < fused.names.size(); ++i) {
+    Response r = fused;
+    r.names = {fused.names[i]};
+    r.shapes = {fused.shapes.at(i)};
+    if (!fused.lanes.empty()) r.lanes = {fused.lanes.at(i)};
+    r.first_dims.assign(fused.first_dims.begin() + i * per,
+                        fused.first_dims.begin() + (i + 1) * per);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 struct Seen {
   ResponseType type;
   std::string name;

@@ -182,15 +182,5 @@ TEST(ResponseCache, ZeroCapacityCachesNothing) {
   EXPECT_EQ(c.lookup(req("a", {1}), &p), ResponseCache::Lookup::kMiss);
 }
 
-TEST(ResponseCache, SplitResponseGivesOnePerTensor) {
-  Response f = ar("a", {1});
-  f.names.push_back("b");
-  f.shapes.push_back({2, 3});
-  auto parts = split_response(f);
-  ASSERT_EQ(parts.size(), 2u);
-  EXPECT_EQ(parts[1].names, std::vector<std::string>{"b"});
-  EXPECT_EQ(parts[1].shapes[0], (std::vector<int64_t>{2, 3}));
-}
-
 }  // namespace
 }  // namespace hvd
