@@ -8,8 +8,8 @@
 //
 // Contract:
 //  - Order is SLURM's: entries left to right; inside an entry, bracket groups vary like an odometer
-//    (the rightmost group fastest), ranges in the order written. Nothing is sorted or de-duplicated:
-//    the i-th name pairs with the i-th task count and SLURM_NODEID i.
+//    (the rightmost group fastest), ranges in the order written. Nothing is sorted or
+//    de-duplicated: the i-th name pairs with the i-th task count and SLURM_NODEID i.
 //  - Zero padding is kept: the width of a range is the number of digits of its lower bound
 //    ("[01-10]" -> 01..10, "[9-11]" -> 9 10 11), as in SLURM's hostlist.c.
 //  - Malformed input throws hvd::InvalidArgumentError naming the input, the 0-based character

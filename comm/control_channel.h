@@ -31,8 +31,9 @@ struct StarPatience {
   double again_seconds = 30;  // each further round, when `silent` says "wait again"
   // Called on the calling thread when the deadline has passed with `ranks` unheard (the ranks
   // whose vectors have not arrived: at rank 0, and in a tree at any rank with ranks below it; {0}:
-  // no reply from the coordinator) after `waited` seconds in all. Returns the ranks to declare lost (a subset of `ranks`); empty: wait
-  // `again_seconds` more. Null: every silent rank is lost at the first deadline.
+  // no reply from the coordinator) after `waited` seconds in all. Returns the ranks to declare lost
+  // (a subset of `ranks`); empty: wait `again_seconds` more. Null: every silent rank is lost at the
+  // first deadline.
   std::function<std::vector<int>(const std::vector<int>& ranks, double waited)> silent;
 };
 

@@ -19,8 +19,8 @@
 // 64 MiB fusion buffer memory-bound instead of compute-bound, without any compiler flag.
 //
 // fp16/bf16 arithmetic is done in float and rounded once to the 16-bit format. For +, -, * and /
-// that is correctly rounded, because float carries at least 2p+2 bits of a p-bit format (24 >= 2*11+2
-// for fp16, 24 >= 2*8+2 for bf16), so the double rounding cannot go wrong.
+// that is correctly rounded, because float carries at least 2p+2 bits of a p-bit format (24 >=
+// 2*11+2 for fp16, 24 >= 2*8+2 for bf16), so the double rounding cannot go wrong.
 
 namespace hvd {
 namespace {
@@ -210,7 +210,7 @@ T identity_of(ReduceOp op) {
   return T{0};
 }
 
-// --- compression (HVD_COMPRESSION) ----------------------------------------------------------------
+// --- compression (HVD_COMPRESSION) ---------------------------------------------------------------
 // double -> float rounded to odd: the value truncated toward zero, with the last bit set when
 // anything was dropped. A later round-to-nearest-even to p <= 22 bits of that float equals the
 // direct rounding of d (float keeps p + 2 bits, and the odd bit says "not a tie").
@@ -454,7 +454,7 @@ void fill_identity(DataType dtype, ReduceOp op, void* data, std::size_t n) {
 
 }  // namespace hvd
 
-// --- compression, vectorised (x86-64 with AVX2 and F16C, picked at run time) ----------------------
+// --- compression, vectorised (x86-64 with AVX2 and F16C, picked at run time) ---------------------
 // The same arithmetic as the scalar code above, 8 elements at a time: F16C's conversions round to
 // nearest even like float_to_half (NaN payloads included), bf16 uses the same integer rounding,
 // and double -> 16 bits goes through the same round-to-odd float. Each function handles a multiple

@@ -52,7 +52,7 @@ void decompress_copy(DataType wire, DataType dtype, const uint16_t* src, void* d
                      double factor);
 
 // The reduction step of the compressed all-reduce: for i < n,
-//   out[i] = wire(factor * op(blocks[0*stride + i], blocks[1*stride + i], ..., blocks[(k-1)*stride + i]))
+//   out[i] = wire(factor * op(blocks[0*stride + i], ..., blocks[(k-1)*stride + i]))
 // with the operands widened to double and combined in the order 0, 1, ..., k-1 and the result
 // rounded once to the 16-bit format (sums of up to 2^13 fp16 values are exact in double, so for
 // fp16 the only roundings are this one and the inputs' cast). kAverage reduces like kSum (the

@@ -34,7 +34,7 @@ class LogMessage {
 }  // namespace hvd
 
 namespace hvd {
-// Turns `stream << ...` into void so HVD_LOG can sit in a conditional expression (no dangling else).
+// Turns `stream << ...` into void, so HVD_LOG can sit in a ?: expression (no dangling else).
 struct LogVoidify {
   void operator&(std::ostream&) {}
 };

@@ -13,8 +13,8 @@ namespace hvd {
 std::string rank_list(const std::vector<int>& ranks);
 
 // "rank 3 was lost: <why>. The process died or its node's network failed; see that rank's log and
-// the launcher's message." (plural for several ranks). `why` says what went unanswered for how long,
-// e.g. "no answer for 30 s (HVD_PEER_TIMEOUT_SECONDS=30)".
+// the launcher's message." (plural for several ranks). `why` says what went unanswered for how
+// long, e.g. "no answer for 30 s (HVD_PEER_TIMEOUT_SECONDS=30)".
 std::string lost_ranks_message(const std::vector<int>& lost, const std::string& why);
 
 }  // namespace hvd

@@ -1,7 +1,7 @@
 // hvdrun: starts an hvd job. Parses the command line (options.cc), computes the launch plan
 // (launch_plan.cc) and runs mpirun as a supervised child (exec.h: supervise_plan) or replaces
-// itself with srun by execvp; the job's exit status is hvdrun's exit status. Exit codes of its own: 2 for a bad command line or launch request,
-// 127 when mpirun/srun or the program cannot be found.
+// itself with srun by execvp; the job's exit status is hvdrun's exit status. Exit codes of its own:
+// 2 for a bad command line or launch request, 127 when mpirun/srun or the program cannot be found.
 
 #include <unistd.h>
 

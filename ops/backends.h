@@ -31,8 +31,8 @@ struct OperationsOptions {
   CopyWorkers* host_copies = nullptr;   // HVD_COPY_THREADS: helpers of the host all-reduces' copies
 };
 
-// The ops keep references to `mpi`, `host_fusion`, `options.host_copies` and `gpu`'s contexts: those must outlive the
-// returned manager (and gpu.shutdown() must come after its last use).
+// The ops keep references to `mpi`, `host_fusion`, `options.host_copies` and `gpu`'s contexts:
+// those must outlive the returned manager (and gpu.shutdown() must come after its last use).
 OperationManager make_operations(const comm::MpiContext& mpi, FusionBuffer& host_fusion,
                                  const GpuBackend& gpu, const OperationsOptions& options);
 

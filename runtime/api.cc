@@ -216,7 +216,7 @@ struct Checks {
     if (bytes > 0 && t.data() == nullptr)
       return fail_size(role.str() + " has " + std::to_string(t.num_elements()) +
                        " elements but a null data pointer.");
-    // hvd's own element-wise code (scaling, averaging, fusion) reads elements through typed pointers.
+    // hvd's own element-wise code (scaling, averaging, fusion) reads through typed pointers.
     const std::size_t esize = dtypes::find(t.dtype())->size;
     if (bytes > 0 && reinterpret_cast<uintptr_t>(t.data()) % esize != 0)
       return fail_size(role.str() + "'s data pointer is not a multiple of " +
@@ -399,8 +399,8 @@ Request make_request(const Runtime& rt, RequestType type, const std::string& nam
   r.error = std::move(error);
   if (!r.error.empty()) {
     // Rank 0 fails the operation without looking further, but the request's shape, dtype and device
-    // still travel to rank 0 and into the error response, where the runtime multiplies the shape out
-    // (with the response's own dtype): send no shape, and only valid values.
+    // still travel to rank 0 and into the error response, where the runtime multiplies the shape
+    // out (with the response's own dtype): send no shape, and only valid values.
     r.shape.clear();
     if (!known_dtype(r.dtype)) r.dtype = DataType::kUInt8;
     if (!known_device(r.device)) r.device = Device::cpu();

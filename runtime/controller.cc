@@ -174,7 +174,7 @@ void Controller::lane_goes_slow(uint32_t pos) {
 }
 
 // Until the lanes are synced, a submission may still enter a lane whose position the cache gave to
-// another tensor: it is then handed back as a request, which misses the cache and goes the slow way.
+// another tensor: it is then handed back as a request, which misses the cache (the slow way).
 void Controller::sync_lanes() {
   if (lanes_to_sync_.empty()) return;
   std::sort(lanes_to_sync_.begin(), lanes_to_sync_.end());

@@ -9,16 +9,17 @@
 //     cache position in a "hit" bit vector; one whose name is cached with other parameters clears
 //     the position's "valid" bit and goes the slow way; anything else goes the slow way. (A group
 //     takes the fast path only when every member hits; cached hits that waited longer than
-//     fast_path_patience_seconds go the slow way, their entries invalidated.) A group unit's request
-//     (runtime/group_unit.h) is one request like any other, except that it goes the slow way as
-//     its members (go_slow).
+//     fast_path_patience_seconds go the slow way, their entries invalidated.) A group unit's
+//     request (runtime/group_unit.h) is one request like any other, except that it goes the slow
+//     way as its members (go_slow).
 //  2. One AND of [flags | hit bits | valid bits] across ranks, rooted at rank 0
 //     (ControlChannel::star_and: a star, or up and down a binomial tree, HVD_CONTROL_TOPOLOGY):
-//     every rank's vector reaches rank 0, which ANDs them and replies. The flags are inverted so that AND answers "does ANY rank ...": want to shut down,
-//     have uncached requests, have joined. The star has a deadline (peer_timeout_seconds; the other
-//     ranks give rank 0 coordinator_grace_seconds more): a rank that stays silent, and does not
-//     answer the liveness probe (`unresponsive`), is lost, and every rank throws a
-//     CommunicationError naming it ("rank K was lost: ..."); rank 0 tells the others in its reply.
+//     every rank's vector reaches rank 0, which ANDs them and replies. The flags are inverted so
+//     that AND answers "does ANY rank ...": want to shut down, have uncached requests, have joined.
+//     The star has a deadline (peer_timeout_seconds; the other ranks give rank 0
+//     coordinator_grace_seconds more): a rank that stays silent, and does not answer the liveness
+//     probe (`unresponsive`), is lost, and every rank throws a CommunicationError naming it ("rank
+//     K was lost: ..."); rank 0 tells the others in its reply.
 //  3. Positions with a cleared valid bit are erased everywhere (pending hits there go slow).
 //     If any rank has joined, all pending hits go slow (rank 0 must count contributors).
 //     Otherwise positions whose hit bit survived the AND are ready on every rank: their cached

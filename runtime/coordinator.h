@@ -23,8 +23,9 @@
 namespace hvd {
 
 // The response every rank runs for this request when all ranks agree with it: its name, shape,
-// dtype and parameters, `contributors` ranks contributing (allgather: first_dims of rank 0 only, for
-// a job of one rank). Coordinator::build_response() and the single-rank path (runtime/runtime.cc).
+// dtype and parameters, `contributors` ranks contributing (allgather: first_dims of rank 0 only,
+// for a job of one rank). Coordinator::build_response() and the single-rank path
+// (runtime/runtime.cc).
 Response response_for(const Request& request, int32_t contributors);
 // The same, moving the request's name, shape and group into the response.
 Response response_for(Request&& request, int32_t contributors);

@@ -46,8 +46,8 @@ struct WakeSignal {
   std::atomic<uint64_t> wanted_cycle{0};
   // notify() calls so far: the background thread polls it for a while before it sleeps.
   std::atomic<uint64_t> notified{0};
-  // How long a blocking wait polls before it sleeps, in microseconds (Handle::wait(), the background
-  // thread between cycles): 0 = sleep at once. Set by the runtime (HVD_WAIT_POLL_US).
+  // How long a blocking wait polls before it sleeps, in microseconds (Handle::wait(), the
+  // background thread between cycles): 0 = sleep at once. Set by the runtime (HVD_WAIT_POLL_US).
   std::atomic<int64_t> poll_us{0};
 
   static WakeSignal& get();

@@ -333,8 +333,8 @@ void Runtime::wake() { wake_.notify(); }
 // cycle's exchange (the star AND pairs the ranks' n-th cycles: a rank that starts one early waits
 // there for the others). Counted from the end, not the start: after a cycle that ran longer than
 // HVD_CYCLE_TIME (a large fused all-reduce), a rank whose user thread is about to submit the next
-// step's tensors waits for them instead of starting an empty cycle at once. That empty cycle used to
-// pair with the other ranks' full ones, so the step's tensors waited a whole extra cycle, while
+// step's tensors waits for them instead of starting an empty cycle at once. That empty cycle used
+// to pair with the other ranks' full ones, so the step's tensors waited a whole extra cycle, while
 // its rank polled for the others on the cores their user threads were submitting on (measured:
 // ~1.5 empty cycles per step of 1000 tensors on 2 ranks before, ~0 after; docs/benchmarks.md).
 // The same pairing has another side: a cycle that one rank's timer started before its user thread
@@ -411,10 +411,10 @@ void Runtime::loop() {
 
 // Returns at `next_cycle`, at shutdown, when a user thread blocked on popped requests wants the
 // next cycle (WakeSignal::cycle_wanted(), see loop()), or once requests are waiting and the fusion
-// window has closed: HVD_FUSION_WINDOW without a new request (the rest of a burst — a backward pass's
-// gradients, a group of async calls — arrives before the negotiation, so it is fused into one
-// response), and at most one cycle time after the first request (a long stream of submissions is
-// still negotiated every HVD_CYCLE_TIME). A lone request thus waits one window, not a cycle. The
+// window has closed: HVD_FUSION_WINDOW without a new request (the rest of a burst — a backward
+// pass's gradients, a group of async calls — arrives before the negotiation, so it is fused into
+// one response), and at most one cycle time after the first request (a long stream of submissions
+// is still negotiated every HVD_CYCLE_TIME). A lone request thus waits one window, not a cycle. The
 // window closes early when a user thread blocks in Handle::wait() on a request still queued
 // (WakeSignal::waited()): that thread's burst is over. (Several threads submitting one burst while
 // one of them waits are negotiated in two cycles instead of one.)

@@ -12,7 +12,8 @@
 //
 // The policy is the program's to change: a program that installs its own handler with
 // std::set_terminate() after hvd::init() replaces hvd's, and HVD_TERMINATE_HANDLER=0 keeps hvd from
-// installing one (hvd::init() does not call this then). Installing is idempotent; the handler lives for the whole process.
+// installing one (hvd::init() does not call this then). Installing is idempotent; the handler lives
+// for the whole process.
 
 namespace hvd::detail {
 

@@ -198,7 +198,7 @@ void broadcast_in_place(const std::vector<std::pair<std::string, at::Tensor>>& t
 using internal::fail_everywhere;
 using internal::Op;
 
-// ---- dtypes and views ----------------------------------------------------------------------------
+// ---- dtypes and views ---------------------------------------------------------------------------
 
 DataType dtype_of(c10::ScalarType type) {
   switch (type) {
@@ -271,7 +271,7 @@ std::vector<NamedTensor> named_tensors(const NamedTensors& tensors, const std::s
   return out;
 }
 
-// ---- Handle --------------------------------------------------------------------------------------
+// ---- Handle -------------------------------------------------------------------------------------
 
 struct HandleImpl {
   hvd::Handle core;
@@ -519,7 +519,7 @@ at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name, Redu
   return h.output();
 }
 
-// ---- Parameters ------------------------------------------------------------------------------------
+// ---- Parameters ---------------------------------------------------------------------------------
 
 namespace {
 void broadcast_named(std::vector<std::pair<std::string, at::Tensor>> tensors, int root) {

@@ -33,7 +33,7 @@ double now_seconds() {
 
 }  // namespace
 
-// ---- DistributedOptimizer --------------------------------------------------------------------------
+// ---- DistributedOptimizer -----------------------------------------------------------------------
 
 struct DistributedOptimizer::Slot {
   std::string name;  // of the all-reduce: "grad." + the parameter's name

@@ -38,7 +38,7 @@ std::vector<at::Tensor> all_params(const optim::Optimizer& opt) {
   return v;
 }
 
-// ---- What each optimizer keeps per parameter -----------------------------------------------------
+// ---- What each optimizer keeps per parameter ----------------------------------------------------
 
 struct Kind {
   int id = 0;
@@ -326,7 +326,7 @@ std::vector<double> to_float64(const at::Tensor& t) {
 
 }  // namespace
 
-// ---- broadcast_optimizer_state -------------------------------------------------------------------
+// ---- broadcast_optimizer_state ------------------------------------------------------------------
 
 void broadcast_optimizer_state(optim::Optimizer& optimizer, int root) {
   if (auto* d = dynamic_cast<DistributedOptimizer*>(&optimizer)) {
@@ -369,7 +369,7 @@ void broadcast_optimizer_state(optim::Optimizer& optimizer, int root) {
   internal::broadcast_in_place(state_tensors(optimizer, k, prefix), root);
 }
 
-// ---- Checkpointer ----------------------------------------------------------------------------------
+// ---- Checkpointer -------------------------------------------------------------------------------
 
 namespace {
 

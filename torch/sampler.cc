@@ -23,7 +23,7 @@
 
 namespace hvd::torch {
 
-// ---- DistributedSampler ------------------------------------------------------------------------------
+// ---- DistributedSampler -------------------------------------------------------------------------
 
 DistributedSampler::DistributedSampler(std::size_t size)
     : DistributedSampler(size, hvd::size(), hvd::rank()) {}

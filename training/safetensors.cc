@@ -68,7 +68,7 @@ uint64_t load_le64(const char* p) {
   return v;
 }
 
-// ---- JSON ------------------------------------------------------------------------------------------
+// ---- JSON ---------------------------------------------------------------------------------------
 
 // Writing: common/json_string.h (hvd's own escaping, not nlohmann's dump, so that the header
 // bytes stay what they have always been).
@@ -436,7 +436,7 @@ class HeaderReader final : public nlohmann::json_sax<Json> {
 
 }  // namespace
 
-// ---- dtypes ----------------------------------------------------------------------------------------
+// ---- dtypes -------------------------------------------------------------------------------------
 
 const char* safetensors_dtype_name(DataType dtype) { return info(dtype).safetensors; }
 
@@ -446,7 +446,7 @@ std::optional<DataType> parse_safetensors_dtype(std::string_view name) {
 
 std::size_t element_bytes(DataType dtype) { return info(dtype).size; }
 
-// ---- XXH64 -----------------------------------------------------------------------------------------
+// ---- XXH64 --------------------------------------------------------------------------------------
 
 namespace {
 XXH64_state_t* xxh_state(unsigned char* bytes) {
@@ -470,7 +470,7 @@ void Xxh64::update(const void* data, std::size_t size) {
 
 uint64_t Xxh64::digest() const { return XXH64_digest(xxh_state(state_)); }
 
-// ---- header ----------------------------------------------------------------------------------------
+// ---- header -------------------------------------------------------------------------------------
 
 const SafetensorsEntry* SafetensorsHeader::find(std::string_view name) const {
   for (const auto& e : tensors)

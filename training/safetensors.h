@@ -97,7 +97,7 @@ struct SafetensorsHeader {
   const SafetensorsEntry* find(std::string_view name) const;
 };
 
-// ---- writing -------------------------------------------------------------------------------------
+// ---- writing ------------------------------------------------------------------------------------
 
 // The tensor table for tensors laid out back to back in the given order. Throws
 // hvd::InvalidArgumentError on an empty or duplicate name, a negative dimension, a byte size that
@@ -121,7 +121,7 @@ std::string encode_header(const std::vector<SafetensorsEntry>& entries,
 std::string serialize_safetensors(const std::vector<TensorBytes>& tensors,
                                   std::map<std::string, std::string> metadata);
 
-// ---- reading -------------------------------------------------------------------------------------
+// ---- reading ------------------------------------------------------------------------------------
 
 // The header length N from the first 8 bytes of a file of file_size bytes. Throws hvd::Error when
 // fewer than 8 bytes are given, N is 0, N exceeds kMaxHeaderBytes, or 8 + N exceeds file_size.

@@ -2,9 +2,9 @@
 
 // Rank 0's progress display. On a terminal (stdout_is_terminal()) a live single line, redrawn
 // with '\r' at most ten times a second: epoch, a bar, loss, accuracy, images/s. Otherwise (a log
-// file, a pipe, a CI job) plain lines every log_every steps. Either way one line per epoch end, with the
-// test accuracy, and with log_steps one "step N loss L" line per step for scripts and tests.
-// Other ranks construct it disabled: every call is then a no-op.
+// file, a pipe, a CI job) plain lines every log_every steps. Either way one line per epoch end,
+// with the test accuracy, and with log_steps one "step N loss L" line per step for scripts and
+// tests. Other ranks construct it disabled: every call is then a no-op.
 
 #include <chrono>
 #include <cstdint>

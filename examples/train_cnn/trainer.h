@@ -57,8 +57,8 @@ struct TrainSummary {
 class Trainer {
  public:
   // Collective. Resolves the device, loads the data, builds the network and (rank 0) opens the
-  // metrics file on each rank, then agrees: if any rank failed, every rank throws AllRanksError (the
-  // failing rank with its own message, the others naming it). Then builds the strategy,
+  // metrics file on each rank, then agrees: if any rank failed, every rank throws AllRanksError
+  // (the failing rank with its own message, the others naming it). Then builds the strategy,
   // broadcasts rank 0's initial state and, with --resume, restores the newest good checkpoint.
   explicit Trainer(const Flags& flags);
   ~Trainer();

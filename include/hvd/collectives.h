@@ -45,8 +45,8 @@ inline constexpr const char* kReservedNamePrefix = "__hvd.";
 // Bad arguments of one rank (a null pointer, a negative or overflowing shape, an output that does
 // not match or partly overlaps its input, a bad root or splits, ...) fail the operation on every
 // rank with one message from Handle::wait(); docs/errors.md lists them all.
-// allreduce: out = postscale * reduce_op(prescale * in over ranks); kAverage divides by the number of
-// ranks that contributed (ranks that called join() contribute the identity of the op).
+// allreduce: out = postscale * reduce_op(prescale * in over ranks); kAverage divides by the number
+// of ranks that contributed (ranks that called join() contribute the identity of the op).
 Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name,
                        ReduceOp op = ReduceOp::kAverage, double prescale = 1.0,
                        double postscale = 1.0);
@@ -101,10 +101,11 @@ Tensor reducescatter(TensorRef in, const std::string& name, ReduceOp op = Reduce
 // threads of one rank take turns.
 void barrier();
 // This rank has no more data: it contributes the identity to other ranks' collectives until every
-// rank has joined. Returns the rank that joined last. While ranks have joined: allreduce and grouped
-// allreduce reduce over the others (kAverage divides by the contributors), allgather gathers the
-// others' rows, broadcast works from a root that has not joined, reducescatter reduces over the
-// others, barrier releases the others, and alltoall fails on every caller (docs/architecture.md).
+// rank has joined. Returns the rank that joined last. While ranks have joined: allreduce and
+// grouped allreduce reduce over the others (kAverage divides by the contributors), allgather
+// gathers the others' rows, broadcast works from a root that has not joined, reducescatter reduces
+// over the others, barrier releases the others, and alltoall fails on every caller
+// (docs/architecture.md).
 int join();
 
 // Convenience for std::vector / std::span of arithmetic T (CPU memory).

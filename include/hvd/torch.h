@@ -63,7 +63,8 @@ c10::ScalarType scalar_type_of(DataType dtype);
 // A view of `tensor` for the core API (hvd/collectives.h), after the checks above; `name` is what
 // an error calls the tensor. The tensor must stay alive and unchanged while an operation uses it.
 TensorRef tensor_ref(const at::Tensor& tensor, const std::string& name = "tensor");
-// Named CPU tensors for hvd::Checkpointer, each named prefix + its name (checks as above; CPU only).
+// Named CPU tensors for hvd::Checkpointer, each named prefix + its name (CPU only; checks as
+// above).
 std::vector<NamedTensor> named_tensors(const NamedTensors& tensors, const std::string& prefix = "");
 
 // ---- Collectives on tensors -------------------------------------------------------------------
@@ -159,8 +160,8 @@ void broadcast_parameters(const ::torch::nn::ModuleHolder<M>& module, int root =
   broadcast_parameters(*module, root);
 }
 
-// Makes every rank's optimizer state and hyperparameters root's: for each parameter (in the order of
-// the param groups) the per-parameter state (SGD: momentum_buffer; Adam, AdamW: step, exp_avg,
+// Makes every rank's optimizer state and hyperparameters root's: for each parameter (in the order
+// of the param groups) the per-parameter state (SGD: momentum_buffer; Adam, AdamW: step, exp_avg,
 // exp_avg_sq, max_exp_avg_sq; Adagrad: step, sum; RMSprop: step, square_avg, momentum_buffer,
 // grad_avg) and every param group's options (lr, momentum, betas, ...). A rank without state for
 // a parameter (no step taken yet) gets root's, created; a rank with state where root has none
@@ -180,9 +181,9 @@ struct DistributedOptimizerOptions {
   // Backward passes per step(): gradients add up locally (as torch does) and are all-reduced on
   // the last pass. To average over the passes too, divide the loss by this number.
   int backward_passes_per_step = 1;
-  // true: each gradient's all-reduce starts from an autograd hook as soon as backward() has produced
-  // it, overlapping the rest of the backward pass. false: step() starts them all after backward()
-  // (the baseline that CommunicationStats compares against).
+  // true: each gradient's all-reduce starts from an autograd hook as soon as backward() has
+  // produced it, overlapping the rest of the backward pass. false: step() starts them all after
+  // backward() (the baseline that CommunicationStats compares against).
   bool overlap = true;
 };
 

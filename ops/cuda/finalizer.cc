@@ -32,7 +32,8 @@ Finalizer::~Finalizer() {
 }
 
 void Finalizer::set_pending(cudaEvent_t event) {
-  discard_pending();  // an op that set one and then failed before finish(): keep the event's lifecycle
+  // An op that set one and then failed before finish(): keep the event's lifecycle.
+  discard_pending();
   pending_ = event;
 }
 

@@ -7,7 +7,8 @@
 //   batched_copy: one launch copies many (src, dst, bytes) ranges: packing a fused batch into the
 //     device fusion buffer and unpacking it again cost one launch, not one cudaMemcpyAsync per
 //     tensor. The descriptors live in device memory (copied there by the caller, stream-ordered).
-//   scale: dst = src * factor for every hvd dtype, with the CPU path's rounding (common/dtype_math.h):
+//   scale: dst = src * factor for every hvd dtype, with the CPU path's rounding
+//   (common/dtype_math.h):
 //     fp16/bf16 computed in float and rounded to nearest even, float in float when the factor is
 //     exact in float, integers multiplied in double and truncated toward zero with saturation.
 //   cast_to_half / cast_from_half: fp32 <-> fp16 (round to nearest even) with a scale factor, for

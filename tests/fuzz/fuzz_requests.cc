@@ -2,8 +2,8 @@
 // reads what other ranks sent through MPI. A corrupt message must be rejected with hvd::Error,
 // never read out of bounds or allocate without bound.
 //
-// Property checked on every accepted input: serialize_requests(parse_requests(bytes)) reproduces the
-// bytes the parser consumed (a prefix of the input), field for field.
+// Property checked on every accepted input: serialize_requests(parse_requests(bytes)) reproduces
+// the bytes the parser consumed (a prefix of the input), field for field.
 
 #include <cstddef>
 #include <cstdint>

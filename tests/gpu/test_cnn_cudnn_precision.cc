@@ -1,4 +1,5 @@
-// Mixed precision on the device for the cuDNN model (issue 14.2; gpu/kernels.h, gpu/loss_scaling.h):
+// Mixed precision on the device for the cuDNN model (issue 14.2; gpu/kernels.h,
+// gpu/loss_scaling.h):
 //   - the fp32 -> fp16/bf16 cast kernels round exactly as the CPU emulation does
 //     (model::round_to_fp16 / round_to_bf16, bitwise, fp16 overflow to +-Inf, NaN kept), and the
 //     16 -> 32 cast is exact, so the emulated and the device paths store the same values;

@@ -1,7 +1,7 @@
 // The program test_checkpoint_kill.sh kills. Two modes:
 //   save DIR    resume from the newest good checkpoint in DIR (if any), then save steps forever,
-//               printing "pid N" (rank 0's) first and "saved S" after each save returns (the file is then
-//               durable); the script SIGKILLs it at a random moment.
+//               printing "pid N" (rank 0's) first and "saved S" after each save returns (the file
+//               is then durable); the script SIGKILLs it at a random moment.
 //   check DIR MIN_STEP
 //               restore_latest must find a checkpoint of step >= MIN_STEP (the last one reported
 //               saved) whose values are those of its step, and every ckpt-*.safetensors file in

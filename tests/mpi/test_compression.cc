@@ -60,7 +60,7 @@ double round16(DataType wire, double d) {
                                     : hvd::bfloat16_to_float(hvd::double_to_bfloat16(d));
 }
 
-// Whether the hierarchical rings run the float batches (HVD_HIERARCHICAL_ALLREDUCE=1 on fake nodes).
+// Whether the hierarchical rings run the float batches (HVD_HIERARCHICAL_ALLREDUCE=1, fake nodes).
 bool hierarchical() {
   const char* h = std::getenv("HVD_HIERARCHICAL_ALLREDUCE");
   return h != nullptr && std::string(h) == "1" && hvd::cross_size() > 1 && hvd::local_size() > 1 &&
@@ -138,10 +138,10 @@ uint64_t fnv1a(const void* data, size_t bytes) {
   return h;
 }
 
-// --- conversions (pure functions, every rank runs them) -------------------------------------------
+// --- conversions (pure functions, every rank runs them) ------------------------------------------
 
-// Checks that h is a nearest 16-bit value to x (ties to even), comparing in long double, which holds
-// the differences exactly for the magnitudes used.
+// Checks that h is a nearest 16-bit value to x (ties to even), comparing in long double, which
+// holds the differences exactly for the magnitudes used.
 void expect_nearest(DataType wire, double x, uint16_t h) {
   auto value = [&](uint16_t b) -> long double {
     return wire == DataType::kFloat16 ? hvd::half_to_float(b) : hvd::bfloat16_to_float(b);
@@ -525,7 +525,7 @@ TEST_P(Compression, RandomValuesRoundOnceWithinTheBoundAndAgreeOnEveryRank) {
       const double got = data[static_cast<size_t>(i)];
       // Flat path: each input rounded, combined exactly in double, rounded once after the division.
       if (!hier_ && got != round16(wire_, rounded_sum * div)) ++off_rule;
-      // Error bound: the input roundings, the final rounding (rings: one per step), subnormal slack.
+      // Error bound: input roundings, the final rounding (rings: one per step), subnormal slack.
       const double bound = (hier_ ? size + 1 : 2) * u * magnitude * div + (size + 1) * 0x1p-25;
       const double err = std::fabs(got - exact * div);
       worst = std::max(worst, err / (magnitude * div + 1e-30));

@@ -3,7 +3,7 @@
 // clear errors. After each, a normal operation proves the runtime is still usable.
 //
 // The case where only one rank passes bad alltoall splits comes last: a runtime that rejects it
-// locally on that rank leaves the others waiting, and the Watchdog then ends the job with a message.
+// locally on that rank leaves the others waiting, and the Watchdog then ends the job (a message).
 #include <gtest/gtest.h>
 
 #include <functional>

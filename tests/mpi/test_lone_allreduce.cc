@@ -8,8 +8,8 @@
 //
 // ctest runs it on 1..4 ranks; with HVD_COMPRESSION=fp16 (np3), where float32/float64 tensors must
 // go through the buffer (the 16-bit casts happen while packing) and the other dtypes must not; and
-// on 2 fake nodes of 2 ranks with HVD_HIERARCHICAL_ALLREDUCE=1 (np4), whose rings also reduce a lone
-// tensor in place in its output.
+// on 2 fake nodes of 2 ranks with HVD_HIERARCHICAL_ALLREDUCE=1 (np4), whose rings also reduce a
+// lone tensor in place in its output.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -6,7 +6,7 @@
 // by the watchdog's thread. comm/mpi_context.h makes that order visible in TSan builds: MPI_CHECK
 // ends with mpi_progress_seen(), and a thread other than the background thread holds an
 // MpiProgressScope around its MPI calls (comm/watchdog.cc). Here a helper thread polls MPI
-// continuously, as the watchdog does every 100 ms, so the copies happen in its calls far more often.
+// continuously, as the watchdog does every 100 ms, so its calls make the copies far more often.
 //
 // In every build: every rank checks every element of every result, and the helper's polls never
 // block the collectives (no lock order with MPI's own locks). Under TSan (`scripts/test

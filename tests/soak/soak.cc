@@ -50,7 +50,7 @@ using hvd::DataType;
 using hvd::ReduceOp;
 using Clock = std::chrono::steady_clock;
 
-// ---- options -------------------------------------------------------------------------------------
+// ---- options ------------------------------------------------------------------------------------
 
 struct Options {
   double seconds = 600;
@@ -99,7 +99,7 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-// ---- deterministic randomness --------------------------------------------------------------------
+// ---- deterministic randomness -------------------------------------------------------------------
 
 uint64_t mix(uint64_t x) {  // splitmix64 finaliser
   x += 0x9e3779b97f4a7c15ull;
@@ -111,7 +111,7 @@ uint64_t mix(uint64_t a, uint64_t b) { return mix(a ^ mix(b)); }
 uint64_t mix(uint64_t a, uint64_t b, uint64_t c) { return mix(mix(a, b), c); }
 uint64_t mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d) { return mix(mix(a, b, c), d); }
 
-// ---- dtypes: exact encodings of small values -----------------------------------------------------
+// ---- dtypes: exact encodings of small values ----------------------------------------------------
 
 constexpr std::array<DataType, 8> kDtypes = {
     DataType::kUInt8,   DataType::kInt8,     DataType::kInt32,   DataType::kInt64,
@@ -212,7 +212,7 @@ void fill_pattern(std::vector<std::byte>& buf, uint64_t seed, uint64_t a, uint64
   }
 }
 
-// ---- the schedule --------------------------------------------------------------------------------
+// ---- the schedule -------------------------------------------------------------------------------
 
 enum class Kind { kAllreduce, kGrouped, kAllgather, kBroadcast, kAlltoall, kReducescatter };
 constexpr int kKinds = 6;
@@ -337,7 +337,7 @@ std::vector<OpSpec> plan_step(uint64_t seed, uint64_t step, int size, int64_t ma
   return ops;
 }
 
-// ---- values for reductions -----------------------------------------------------------------------
+// ---- values for reductions ----------------------------------------------------------------------
 
 // The value rank r contributes at element i (before the prescale). Small integers, chosen per op so
 // that every intermediate result is exact in every dtype (see the top of this file).
@@ -392,7 +392,7 @@ double expected_reduce(uint64_t seed, ReduceOp op, DataType t, int size, int64_t
   return acc * post;
 }
 
-// ---- one operation in flight ---------------------------------------------------------------------
+// ---- one operation in flight --------------------------------------------------------------------
 
 struct Live {
   OpSpec spec;
@@ -593,7 +593,7 @@ int64_t verify(Live& l, int64_t& printed) {
   return wrong;
 }
 
-// ---- memory --------------------------------------------------------------------------------------
+// ---- memory -------------------------------------------------------------------------------------
 
 double rss_mib() {
   std::ifstream f("/proc/self/status");

@@ -202,11 +202,11 @@ TEST_F(TorchCollectives, ReducescatterEveryDtype) {
   }
 }
 
-// ---- Errors -----------------------------------------------------------------------------------------
+// ---- Errors -------------------------------------------------------------------------------------
 
 // Runs `op` on every rank (the last rank, or every rank when `all`, with a bad tensor); the bad
-// ranks must throw hvd::InvalidArgumentError with every part of `want`; the others hvd::Error naming
-// the last rank. Afterwards a good allreduce still works.
+// ranks must throw hvd::InvalidArgumentError with every part of `want`; the others hvd::Error
+// naming the last rank. Afterwards a good allreduce still works.
 template <class Op>
 void expect_failure(const std::string& what, bool all, const std::vector<std::string>& want,
                     Op op) {

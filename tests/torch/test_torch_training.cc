@@ -59,7 +59,7 @@ TEST_F(TorchTraining, HorovodStyleSnippetCompilesAndRuns) {
   EXPECT_EQ(opt.stats().steps, 1);
 }
 
-// ---- broadcast_parameters ----------------------------------------------------------------------------
+// ---- broadcast_parameters -----------------------------------------------------------------------
 
 TEST_F(TorchTraining, BroadcastParametersAndBuffers) {
   torch::manual_seed(100 + r());
@@ -88,7 +88,7 @@ TEST_F(TorchTraining, BroadcastParametersAndBuffers) {
       hvd::InvalidArgumentError);
 }
 
-// ---- broadcast_optimizer_state -----------------------------------------------------------------------
+// ---- broadcast_optimizer_state ------------------------------------------------------------------
 
 // Same model on every rank; `steps` optimizer steps with rank-specific gradients.
 void take_steps(torch::nn::Linear& model, torch::optim::Optimizer& opt, int steps) {
@@ -230,12 +230,12 @@ TEST_F(TorchTraining, BroadcastOptimizerStateMismatchFailsEveryRank) {
   }
 }
 
-// ---- DistributedOptimizer ------------------------------------------------------------------------------
+// ---- DistributedOptimizer -----------------------------------------------------------------------
 
 // make_model, batch and local_loss: tests/torch/torch_test_util.h.
 
-// Trains `steps` steps with a DistributedOptimizer and, on the side, the single-process reference on
-// the global batch (every rank's data, computed locally); their parameters must agree.
+// Trains `steps` steps with a DistributedOptimizer and, on the side, the single-process reference
+// on the global batch (every rank's data, computed locally); their parameters must agree.
 void check_distributed(const std::string& tag, ht::DistributedOptimizerOptions options,
                        double rtol) {
   const int steps = 3, passes = options.backward_passes_per_step;
@@ -366,7 +366,7 @@ TEST_F(TorchTraining, DistributedOptimizerLearningRateFollowsEitherSide) {
   EXPECT_THROW(run(), hvd::InvalidArgumentError);
 }
 
-// ---- Checkpointer ---------------------------------------------------------------------------------------
+// ---- Checkpointer -------------------------------------------------------------------------------
 
 // Not std::filesystem::remove_all: pip's LibTorch 2.x exports a statically linked copy of it
 // (pytorch/pytorch#133437) that the dynamic linker binds this call to, and that copy crashes
@@ -428,7 +428,7 @@ TEST_F(TorchTraining, CheckpointerRestoresModelAndOptimizerState) {
   if (r() == 0) remove_tree(dir);
 }
 
-// ---- DistributedSampler ----------------------------------------------------------------------------------
+// ---- DistributedSampler -------------------------------------------------------------------------
 
 TEST(TorchSampler, RanksTogetherTakeTheGlobalBatches) {
   const std::size_t size = 23, b = 2;

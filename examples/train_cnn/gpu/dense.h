@@ -5,9 +5,9 @@
 //
 // cuBLAS is column-major: a row-major [r, c] matrix is, read column-major with leading dimension
 // c, its transpose [c, r]. In that view x is x^T [in, N], W is W^T [in, out], y is y^T [out, N]:
-//   forward       y^T  = W x^T:          gemm(T, N, m out, n N,   k in,  W ld in, x ld in,   y ld out)
-//   weight grad   dW^T += x^T dy:        gemm(N, T, m in,  n out, k N,   x ld in, dy ld out, dW ld in)
-//   input grad    dx^T = W^T dy^T:       gemm(N, N, m in,  n N,   k out, W ld in, dy ld out, dx ld in)
+//   forward      y^T  = W x^T:     gemm(T, N, m out, n N,   k in,  W ld in, x ld in,   y ld out)
+//   weight grad  dW^T += x^T dy:   gemm(N, T, m in,  n out, k N,   x ld in, dy ld out, dW ld in)
+//   input grad   dx^T = W^T dy^T:  gemm(N, N, m in,  n N,   k out, W ld in, dy ld out, dx ld in)
 // The bias is added (forward) and summed (backward) by the kernels of gpu/kernels.h.
 // Device pointers; queued on the context's stream. backward() ADDS into the gradients.
 //

@@ -6,9 +6,10 @@
 //
 // The graph is three blocks, each with an input kept for backward (its checkpoint), inner
 // activations, and an output that is the next block's input:
-//   conv1  images -> conv1 -> ReLU -> [a1] -> max-pool -> p1     inner a1 [N, conv1_channels, H, W]
-//   conv2  p1     -> conv2 -> ReLU -> [a2] -> max-pool -> p2     inner a2 [N, conv2_channels, H/2, W/2]
+//   conv1  images -> conv1 -> ReLU -> [a1] -> max-pool -> p1     inner a1 [N, C1, H, W]
+//   conv2  p1     -> conv2 -> ReLU -> [a2] -> max-pool -> p2     inner a2 [N, C2, H/2, W/2]
 //   fc     p2     -> fc1   -> ReLU -> [h]  -> fc2      -> logits  inner h  [N, hidden]
+// (C1, C2: conv1_channels, conv2_channels.)
 // A recomputed block's inner activation lives in one scratch buffer shared by all recomputed
 // blocks (sized for the largest), so it is held only while that block runs: once in the forward
 // pass, once more in the backward pass, where the block re-runs conv/fc + ReLU from its kept input

@@ -128,7 +128,9 @@ inline int skip_without_device(const char* program) {
   return 0;
 }
 
-// "# <title>\n# device 0: NVIDIA H100 80GB HBM3, 132 SMs, 79.1 GiB; CUDA runtime 13000, driver 13000"
+// Prints, e.g.:
+//   # <title>
+//   # device 0: NVIDIA H100 80GB HBM3, 132 SMs, 79.1 GiB; CUDA runtime 13000, driver 13000
 inline void print_device_header(const char* title, int device = 0) {
   cudaDeviceProp p{};
   check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");

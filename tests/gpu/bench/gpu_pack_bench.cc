@@ -16,7 +16,7 @@
 //   unpack      one batched_copy launch, fusion buffer -> a destination arena like the source
 // Bandwidth counts the packed bytes once (like cudaMemcpy figures; reads + writes are twice that).
 // The ratio is memcpy_x1_time / kernel_time = kernel bandwidth / memcpy bandwidth (target >= 0.8).
-// The unpacked arena is compared with the source byte for byte: any difference is an error (exit 1).
+// The unpacked arena is compared with the source byte for byte: a difference is an error (exit 1).
 //
 // Exit status: 0 ok, 1 wrong bytes, 2 bad usage, 3 CUDA error, 77 no CUDA device (skipped).
 #include <cuda_runtime_api.h>

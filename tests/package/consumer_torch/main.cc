@@ -1,4 +1,4 @@
-// Built against the installed package's component torch: the lines of Horovod's PyTorch API, in C++.
+// Built against the installed package's component torch: Horovod's PyTorch API lines, in C++.
 #include <hvd/torch.h>
 
 #include <cstdio>
