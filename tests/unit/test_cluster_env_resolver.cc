@@ -15,13 +15,7 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-EnvLookup fake(Env env) {
-  return [env = std::move(env)](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using hvdtest::fake_env;
 
 using hvdtest::error_of;
 
@@ -42,7 +36,7 @@ const Env kSlurm = {{"SLURM_PROCID", "4"},
                     {"SLURM_TASKS_PER_NODE", "2(x4)"}};
 
 TEST(OpenMpiResolver, ReadsWorldAndLocal) {
-  auto p = resolve_open_mpi(fake(kOpenMpi));
+  auto p = resolve_open_mpi(fake_env(kOpenMpi));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->source, "Open MPI");
   EXPECT_EQ(p->rank, 5);
@@ -57,21 +51,21 @@ TEST(OpenMpiResolver, NodeRankStandsInForMissingLocalRank) {
   Env e = kOpenMpi;
   e.erase("OMPI_COMM_WORLD_LOCAL_RANK");
   e["OMPI_COMM_WORLD_NODE_RANK"] = "3";
-  auto p = resolve_open_mpi(fake(e));
+  auto p = resolve_open_mpi(fake_env(e));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->local_rank, 3);
 }
 
 TEST(OpenMpiResolver, AbsentWithoutRankVariable) {
-  EXPECT_FALSE(resolve_open_mpi(fake({})));
-  EXPECT_FALSE(resolve_open_mpi(fake({{"OMPI_COMM_WORLD_SIZE", "2"}})));
+  EXPECT_FALSE(resolve_open_mpi(fake_env({})));
+  EXPECT_FALSE(resolve_open_mpi(fake_env({{"OMPI_COMM_WORLD_SIZE", "2"}})));
 }
 
 TEST(OpenMpiResolver, SingleRankJob) {
-  auto p = resolve_open_mpi(fake({{"OMPI_COMM_WORLD_RANK", "0"},
-                                  {"OMPI_COMM_WORLD_SIZE", "1"},
-                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
-                                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}}));
+  auto p = resolve_open_mpi(fake_env({{"OMPI_COMM_WORLD_RANK", "0"},
+                                      {"OMPI_COMM_WORLD_SIZE", "1"},
+                                      {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}}));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->rank, 0);
   EXPECT_EQ(p->size, 1);
@@ -80,25 +74,25 @@ TEST(OpenMpiResolver, SingleRankJob) {
 TEST(OpenMpiResolver, MalformedOrInconsistentValuesNameTheVariable) {
   Env e = kOpenMpi;
   e["OMPI_COMM_WORLD_RANK"] = "five";
-  EXPECT_NE(error_of([&] { resolve_open_mpi(fake(e)); }).find("OMPI_COMM_WORLD_RANK='five'"),
+  EXPECT_NE(error_of([&] { resolve_open_mpi(fake_env(e)); }).find("OMPI_COMM_WORLD_RANK='five'"),
             std::string::npos);
   e = kOpenMpi;
   e["OMPI_COMM_WORLD_RANK"] = "8";
-  std::string msg = error_of([&] { resolve_open_mpi(fake(e)); });
+  std::string msg = error_of([&] { resolve_open_mpi(fake_env(e)); });
   EXPECT_NE(msg.find("OMPI_COMM_WORLD_RANK=8 is not below OMPI_COMM_WORLD_SIZE=8"),
             std::string::npos)
       << msg;
   e = kOpenMpi;
   e.erase("OMPI_COMM_WORLD_SIZE");
-  EXPECT_NE(error_of([&] { resolve_open_mpi(fake(e)); }).find("OMPI_COMM_WORLD_SIZE is not"),
+  EXPECT_NE(error_of([&] { resolve_open_mpi(fake_env(e)); }).find("OMPI_COMM_WORLD_SIZE is not"),
             std::string::npos);
   e = kOpenMpi;
   e["OMPI_COMM_WORLD_LOCAL_SIZE"] = "0";
-  EXPECT_FALSE(error_of([&] { resolve_open_mpi(fake(e)); }).empty());
+  EXPECT_FALSE(error_of([&] { resolve_open_mpi(fake_env(e)); }).empty());
 }
 
 TEST(MpichResolver, ReadsPmiAndHydraLocalVariables) {
-  auto p = resolve_mpich(fake(
+  auto p = resolve_mpich(fake_env(
       {{"PMI_RANK", "3"}, {"PMI_SIZE", "6"}, {"MPI_LOCALRANKID", "0"}, {"MPI_LOCALNRANKS", "3"}}));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->source, "MPICH/PMI");
@@ -112,7 +106,7 @@ TEST(MpichResolver, UnderSrunTakesLocalViewFromSlurm) {
   Env e = kSlurm;
   e["PMI_RANK"] = "4";
   e["PMI_SIZE"] = "5";
-  auto p = resolve_mpich(fake(e));
+  auto p = resolve_mpich(fake_env(e));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->source, "MPICH/PMI");
   EXPECT_EQ(p->rank, 4);
@@ -122,11 +116,11 @@ TEST(MpichResolver, UnderSrunTakesLocalViewFromSlurm) {
 }
 
 TEST(MpichResolver, WithoutAnyLocalInformationIsAbsent) {
-  EXPECT_FALSE(resolve_mpich(fake({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}})));
+  EXPECT_FALSE(resolve_mpich(fake_env({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}})));
 }
 
 TEST(SlurmResolver, StepVariablesGiveNodeAndLocalSize) {
-  auto p = resolve_slurm(fake(kSlurm));
+  auto p = resolve_slurm(fake_env(kSlurm));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->source, "SLURM");
   EXPECT_EQ(p->rank, 4);
@@ -145,7 +139,7 @@ TEST(SlurmResolver, JobVariablesWhenNoStep) {
            {"SLURM_NODEID", "1"},
            {"SLURM_JOB_NODELIST", "b04-[09-11]"},
            {"SLURM_TASKS_PER_NODE", "2(x3)"}};
-  auto p = resolve_slurm(fake(e));
+  auto p = resolve_slurm(fake_env(e));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->local_size, 2);
   EXPECT_EQ(p->cross_rank, 1);
@@ -157,7 +151,7 @@ TEST(SlurmResolver, UniformTasksWithoutNodeId) {
            {"SLURM_NTASKS", "4"},
            {"SLURM_LOCALID", "0"},
            {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}};
-  auto p = resolve_slurm(fake(e));
+  auto p = resolve_slurm(fake_env(e));
   ASSERT_TRUE(p);
   EXPECT_EQ(p->local_size, 2);
   EXPECT_FALSE(p->cross_rank);
@@ -167,28 +161,28 @@ TEST(SlurmResolver, UniformTasksWithoutNodeId) {
 TEST(SlurmResolver, InconsistenciesAreErrors) {
   Env e = kSlurm;
   e["SLURM_STEP_TASKS_PER_NODE"] = "2,2";  // 3 nodes, 2 counts
-  std::string msg = error_of([&] { resolve_slurm(fake(e)); });
+  std::string msg = error_of([&] { resolve_slurm(fake_env(e)); });
   EXPECT_NE(msg.find("names 3 nodes"), std::string::npos) << msg;
   EXPECT_NE(msg.find("gives 2 task counts"), std::string::npos) << msg;
 
   e = kSlurm;
   e["SLURM_NODEID"] = "3";
-  msg = error_of([&] { resolve_slurm(fake(e)); });
+  msg = error_of([&] { resolve_slurm(fake_env(e)); });
   EXPECT_NE(msg.find("SLURM_NODEID=3"), std::string::npos) << msg;
 
   e = kSlurm;
   e["SLURM_LOCALID"] = "1";  // the third node runs one task
-  msg = error_of([&] { resolve_slurm(fake(e)); });
+  msg = error_of([&] { resolve_slurm(fake_env(e)); });
   EXPECT_NE(msg.find("SLURM_LOCALID=1 is not below"), std::string::npos) << msg;
 
   e = kSlurm;
   e["SLURM_STEP_NODELIST"] = "n[07-";
-  msg = error_of([&] { resolve_slurm(fake(e)); });
+  msg = error_of([&] { resolve_slurm(fake_env(e)); });
   EXPECT_NE(msg.find("SLURM_STEP_NODELIST: invalid SLURM hostlist 'n[07-'"), std::string::npos)
       << msg;
   e = kSlurm;
   e["SLURM_STEP_TASKS_PER_NODE"] = "2(x2";
-  msg = error_of([&] { resolve_slurm(fake(e)); });
+  msg = error_of([&] { resolve_slurm(fake_env(e)); });
   EXPECT_NE(msg.find("SLURM_STEP_TASKS_PER_NODE: invalid SLURM task count list '2(x2'"),
             std::string::npos)
       << msg;
@@ -197,7 +191,7 @@ TEST(SlurmResolver, InconsistenciesAreErrors) {
        {"SLURM_NTASKS", "3"},
        {"SLURM_LOCALID", "0"},
        {"SLURM_STEP_TASKS_PER_NODE", "2,1"}};  // uneven and no SLURM_NODEID
-  msg = error_of([&] { resolve_slurm(fake(e)); });
+  msg = error_of([&] { resolve_slurm(fake_env(e)); });
   EXPECT_NE(msg.find("tasks on this node are unknown"), std::string::npos) << msg;
 }
 
@@ -208,52 +202,52 @@ TEST(ResolvePlacement, OrderIsOpenMpiThenMpichThenSlurm) {
   all["PMI_SIZE"] = "5";
   all["MPI_LOCALRANKID"] = "0";
   all["MPI_LOCALNRANKS"] = "1";
-  EXPECT_EQ(resolve_placement(fake(all))->source, "Open MPI");
+  EXPECT_EQ(resolve_placement(fake_env(all))->source, "Open MPI");
   for (const auto& kv : kOpenMpi) all.erase(kv.first);
-  EXPECT_EQ(resolve_placement(fake(all))->source, "MPICH/PMI");
+  EXPECT_EQ(resolve_placement(fake_env(all))->source, "MPICH/PMI");
   all.erase("PMI_RANK");
-  EXPECT_EQ(resolve_placement(fake(all))->source, "SLURM");
-  EXPECT_FALSE(resolve_placement(fake({})));
+  EXPECT_EQ(resolve_placement(fake_env(all))->source, "SLURM");
+  EXPECT_FALSE(resolve_placement(fake_env({})));
 }
 
 TEST(SlurmAllocation, OutsideSlurmIsAbsent) {
-  EXPECT_FALSE(slurm_allocation(fake({{"SLURM_JOB_NODELIST", "a"}})));
+  EXPECT_FALSE(slurm_allocation(fake_env({{"SLURM_JOB_NODELIST", "a"}})));
 }
 
 TEST(SlurmAllocation, NodesAndTasksPerNodeInOrder) {
-  auto a = slurm_allocation(fake({{"SLURM_JOB_ID", "42"},
-                                  {"SLURM_JOB_NODELIST", "node[01-03,07]"},
-                                  {"SLURM_TASKS_PER_NODE", "2(x3),1"}}));
+  auto a = slurm_allocation(fake_env({{"SLURM_JOB_ID", "42"},
+                                      {"SLURM_JOB_NODELIST", "node[01-03,07]"},
+                                      {"SLURM_TASKS_PER_NODE", "2(x3),1"}}));
   ASSERT_TRUE(a);
   EXPECT_EQ(*a,
             (std::vector<HostSlots>{{"node01", 2}, {"node02", 2}, {"node03", 2}, {"node07", 1}}));
 }
 
 TEST(SlurmAllocation, NtasksPerNodeWhenTasksPerNodeMissing) {
-  auto a = slurm_allocation(fake(
+  auto a = slurm_allocation(fake_env(
       {{"SLURM_JOB_ID", "7"}, {"SLURM_NODELIST", "x,y[1-2]"}, {"SLURM_NTASKS_PER_NODE", "3"}}));
   ASSERT_TRUE(a);
   EXPECT_EQ(*a, (std::vector<HostSlots>{{"x", 3}, {"y1", 3}, {"y2", 3}}));
 }
 
 TEST(SlurmAllocation, ErrorsNameTheJobAndVariables) {
-  std::string msg = error_of([] { slurm_allocation(fake({{"SLURM_JOB_ID", "9"}})); });
+  std::string msg = error_of([] { slurm_allocation(fake_env({{"SLURM_JOB_ID", "9"}})); });
   EXPECT_NE(msg.find("job 9"), std::string::npos) << msg;
   EXPECT_NE(msg.find("SLURM_JOB_NODELIST"), std::string::npos) << msg;
   msg = error_of([] {
-    slurm_allocation(fake({{"SLURM_JOB_ID", "9"},
-                           {"SLURM_JOB_NODELIST", "a[1-3]"},
-                           {"SLURM_TASKS_PER_NODE", "1(x2)"}}));
+    slurm_allocation(fake_env({{"SLURM_JOB_ID", "9"},
+                               {"SLURM_JOB_NODELIST", "a[1-3]"},
+                               {"SLURM_TASKS_PER_NODE", "1(x2)"}}));
   });
   EXPECT_NE(msg.find("names 3 nodes"), std::string::npos) << msg;
   msg = error_of([] {
-    slurm_allocation(fake({{"SLURM_JOB_ID", "9"}, {"SLURM_JOB_NODELIST", "a"}}));
+    slurm_allocation(fake_env({{"SLURM_JOB_ID", "9"}, {"SLURM_JOB_NODELIST", "a"}}));
   });
   EXPECT_NE(msg.find("SLURM_TASKS_PER_NODE"), std::string::npos) << msg;
   msg = error_of([] {
-    slurm_allocation(fake({{"SLURM_JOB_ID", "9"},
-                           {"SLURM_JOB_NODELIST", "a[1-2"},
-                           {"SLURM_TASKS_PER_NODE", "1(x2)"}}));
+    slurm_allocation(fake_env({{"SLURM_JOB_ID", "9"},
+                               {"SLURM_JOB_NODELIST", "a[1-2"},
+                               {"SLURM_TASKS_PER_NODE", "1(x2)"}}));
   });
   EXPECT_NE(msg.find("SLURM_JOB_NODELIST: invalid SLURM hostlist 'a[1-2' at position 1"),
             std::string::npos)

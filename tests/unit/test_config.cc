@@ -5,21 +5,16 @@
 
 #include "hvd/error.h"
 #include "common/config.h"
+#include "tests/unit/test_util.h"
 
 namespace hvd {
 namespace {
 
-EnvLookup fake(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& n) -> std::optional<std::string> {
-    auto it = vars.find(n);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using hvdtest::fake_env;
 
 std::string error_of(std::map<std::string, std::string> vars) {
   try {
-    load_config(fake(std::move(vars)));
+    load_config(fake_env(std::move(vars)));
   } catch (const InvalidArgumentError& e) {
     return e.what();
   }
@@ -27,7 +22,7 @@ std::string error_of(std::map<std::string, std::string> vars) {
 }
 
 TEST(Config, DefaultsMatchTheDesign) {
-  Config c = load_config(fake({}));
+  Config c = load_config(fake_env({}));
   EXPECT_EQ(c.fusion_threshold_bytes, 64 << 20);
   EXPECT_DOUBLE_EQ(c.cycle_time_ms, 1.0);
   EXPECT_EQ(c.cache_capacity, 1024);
@@ -41,19 +36,19 @@ TEST(Config, DefaultsMatchTheDesign) {
 
 TEST(Config, AsyncCompletionInEitherSpelling) {
   // Horovod's HOROVOD_ENABLE_ASYNC_COMPLETION keeps its meaning here.
-  EXPECT_TRUE(load_config(fake({{"HOROVOD_ENABLE_ASYNC_COMPLETION", "1"}})).async_completion);
-  EXPECT_TRUE(load_config(fake({{"HVD_ENABLE_ASYNC_COMPLETION", "true"}})).async_completion);
-  EXPECT_FALSE(load_config(fake({{"HVD_ENABLE_ASYNC_COMPLETION", "0"}})).async_completion);
+  EXPECT_TRUE(load_config(fake_env({{"HOROVOD_ENABLE_ASYNC_COMPLETION", "1"}})).async_completion);
+  EXPECT_TRUE(load_config(fake_env({{"HVD_ENABLE_ASYNC_COMPLETION", "true"}})).async_completion);
+  EXPECT_FALSE(load_config(fake_env({{"HVD_ENABLE_ASYNC_COMPLETION", "0"}})).async_completion);
   const std::string e = error_of({{"HVD_ENABLE_ASYNC_COMPLETION", "yes please"}});
   EXPECT_NE(e.find("HVD_ENABLE_ASYNC_COMPLETION"), std::string::npos) << e;
 }
 
 TEST(Config, ReadsHvdAndHorovodSpellings) {
-  Config c = load_config(fake({{"HVD_FUSION_THRESHOLD", "1024"},
-                               {"HOROVOD_CYCLE_TIME", "2.5"},
-                               {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
-                               {"HVD_GPU_OPERATIONS", "mpi"},
-                               {"HVD_LOG_LEVEL", "DEBUG"}}));
+  Config c = load_config(fake_env({{"HVD_FUSION_THRESHOLD", "1024"},
+                                   {"HOROVOD_CYCLE_TIME", "2.5"},
+                                   {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"},
+                                   {"HVD_GPU_OPERATIONS", "mpi"},
+                                   {"HVD_LOG_LEVEL", "DEBUG"}}));
   EXPECT_EQ(c.fusion_threshold_bytes, 1024);
   EXPECT_DOUBLE_EQ(c.cycle_time_ms, 2.5);
   EXPECT_TRUE(c.hierarchical_allreduce);
@@ -91,7 +86,7 @@ TEST(Config, EveryRegisteredVariableHasDocAndParsesItsDefault) {
     EXPECT_EQ(std::string(v.name).rfind("HVD_", 0), 0u) << v.name;
     EXPECT_GT(std::string(v.doc).size(), 10u) << v.name;
   }
-  EXPECT_NO_THROW(load_config(fake({})));
+  EXPECT_NO_THROW(load_config(fake_env({})));
 }
 
 TEST(Config, ParsersRejectTrailingGarbageAndOutOfRange) {

@@ -13,6 +13,7 @@
 #include "comm/mpi_control_channel.h"
 #include "common/config.h"
 #include "hvd/error.h"
+#include "tests/unit/test_util.h"
 
 namespace hvd::comm {
 namespace {
@@ -100,13 +101,7 @@ TEST(ControlTopology, ParsesTreeAndStarInAnyCase) {
 }
 
 TEST(ControlTopology, ConfigDefaultsToAutoAndRejectsOtherValues) {
-  auto env = [](std::map<std::string, std::string> vars) -> EnvLookup {
-    return [vars](const std::string& n) -> std::optional<std::string> {
-      auto it = vars.find(n);
-      if (it == vars.end()) return std::nullopt;
-      return it->second;
-    };
-  };
+  const auto env = hvdtest::fake_env;
   EXPECT_EQ(load_config(env({})).control_topology, "auto");
   EXPECT_EQ(load_config(env({{"HVD_CONTROL_TOPOLOGY", "Star"}})).control_topology, "star");
   EXPECT_EQ(load_config(env({{"HOROVOD_CONTROL_TOPOLOGY", "tree"}})).control_topology, "tree");

@@ -12,6 +12,7 @@
 #include "common/config.h"
 #include "hvd/collectives.h"
 #include "hvd/error.h"
+#include "tests/unit/test_util.h"
 #include "runtime/handle.h"
 
 namespace hvd {
@@ -55,13 +56,7 @@ TEST(WaitPoll, PollForSeesAnAnswerFromAnotherThread) {
 }
 
 TEST(WaitPoll, TheVariableIsParsedAndChecked) {
-  auto env = [](std::map<std::string, std::string> vars) -> EnvLookup {
-    return [vars](const std::string& n) -> std::optional<std::string> {
-      auto it = vars.find(n);
-      if (it == vars.end()) return std::nullopt;
-      return it->second;
-    };
-  };
+  const auto env = hvdtest::fake_env;
   EXPECT_EQ(load_config(env({})).wait_poll_us, -1);
   EXPECT_EQ(load_config(env({{"HVD_WAIT_POLL_US", "0"}})).wait_poll_us, 0);
   EXPECT_EQ(load_config(env({{"HOROVOD_WAIT_POLL_US", "120"}})).wait_poll_us, 120);
