@@ -25,9 +25,11 @@
 #include "common/dtype.h"
 #include "hvd/error.h"
 #include "hvd/hvd.h"
+#include "hvd/stop.h"
 #include "runtime/group_unit.h"
 #include "runtime/runtime.h"
 #include "runtime/spares.h"
+#include "runtime/stop_state.h"
 #include "runtime/terminate_handler.h"
 
 namespace hvd {
@@ -460,6 +462,8 @@ void init() {
   std::lock_guard<std::mutex> lock(inst.mu);
   if (inst.runtime) return;
   Config config = load_config(process_env_lookup());
+  // A thread's note of an agreed stop belongs to the runtime it was made in (hvd/stop.h).
+  detail::StopState::get().generation.fetch_add(1, std::memory_order_relaxed);
   inst.runtime = std::make_shared<Runtime>(config, current_peer_loss_handler);
   inst.live.store(inst.runtime.get());
   inst.was_shut_down = false;
@@ -480,6 +484,8 @@ void shutdown() {
   // blocks while it uses it: waits on handles come after).
   while (inst.users.load() != 0) std::this_thread::yield();
   rt->shutdown();
+  // The request lasts until shutdown(): a later init() starts without one.
+  detail::StopState::get().requested.store(0, std::memory_order_relaxed);
 }
 
 bool initialized() {
@@ -495,6 +501,12 @@ int local_size() { return Using("local_size()")->topology().local_size; }
 int cross_rank() { return Using("cross_rank()")->topology().cross_rank; }
 int cross_size() { return Using("cross_size()")->topology().cross_size; }
 bool is_homogeneous() { return Using("is_homogeneous()")->topology().homogeneous; }
+
+bool stop_agreed() {
+  // One rank agrees with itself (its inline operations run in no cycle).
+  if (Using("stop_agreed()")->topology().size == 1) return stop_requested();
+  return detail::stop_seen_by_this_thread();
+}
 
 Handle allreduce_async(TensorRef in, TensorRef out, const std::string& name, ReduceOp op,
                        double prescale, double postscale) {

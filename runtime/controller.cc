@@ -16,6 +16,7 @@ namespace {
 constexpr uint64_t kNoShutdown = 1;
 constexpr uint64_t kNoUncached = 2;
 constexpr uint64_t kNoJoined = 4;
+constexpr uint64_t kNoStop = 8;  // hvd::request_stop() on no rank (hvd/stop.h)
 
 // The `why` of a lost-rank message.
 std::string no_word(size_t ranks, double seconds) {
@@ -216,10 +217,11 @@ void Controller::requeue_all_pending() {
 }
 
 // [flags | hit bits | valid bits] of this rank, to be ANDed across ranks.
-std::vector<uint64_t> Controller::local_bits(bool shutdown_requested) {
+std::vector<uint64_t> Controller::local_bits(const CycleFlags& mine) {
   std::vector<uint64_t> bits(1 + 2 * cache_words_, 0);
   uint64_t flags = 0;
-  if (!shutdown_requested) flags |= kNoShutdown;
+  if (!mine.shutdown) flags |= kNoShutdown;
+  if (!mine.stop) flags |= kNoStop;
   if (uncached_.empty() && !joined_ && !coordinator_.has_notices()) flags |= kNoUncached;
   if (!joined_) flags |= kNoJoined;
   bits[0] = flags;
@@ -233,11 +235,12 @@ std::vector<uint64_t> Controller::local_bits(bool shutdown_requested) {
   return bits;
 }
 
-std::vector<Response> Controller::cycle(bool shutdown_requested, bool* shutdown) {
+std::vector<Response> Controller::cycle(const CycleFlags& mine, CycleFlags* any) {
   take_requests();
-  std::vector<uint64_t> bits = local_bits(shutdown_requested);
+  std::vector<uint64_t> bits = local_bits(mine);
   exchange_bits(bits);
-  *shutdown = !(bits[0] & kNoShutdown);
+  any->shutdown = !(bits[0] & kNoShutdown);
+  any->stop = !(bits[0] & kNoStop);
   const bool any_uncached = !(bits[0] & kNoUncached);
   const bool any_joined = !(bits[0] & kNoJoined);
 

@@ -15,7 +15,8 @@
 //  2. One AND of [flags | hit bits | valid bits] across ranks, rooted at rank 0
 //     (ControlChannel::star_and: a star, or up and down a binomial tree, HVD_CONTROL_TOPOLOGY):
 //     every rank's vector reaches rank 0, which ANDs them and replies. The flags are inverted so
-//     that AND answers "does ANY rank ...": want to shut down, have uncached requests, have joined.
+//     that AND answers "does ANY rank ...": want to shut down, have uncached requests, have joined,
+//     want to stop (hvd/stop.h: the ranks learn of a stop request in the same cycle).
 //     The star has a deadline (peer_timeout_seconds; the other ranks give rank 0
 //     coordinator_grace_seconds more): a rank that stays silent, and does not answer the liveness
 //     probe (`unresponsive`), is lost, and every rank throws a CommunicationError naming it ("rank
@@ -83,9 +84,13 @@ class Controller {
   Controller(std::unique_ptr<comm::ControlChannel> channel, const ControllerOptions& options,
              TensorQueue& queue);
 
-  // Runs one cycle. `shutdown_requested`: this rank wants to stop. On return, *shutdown tells
-  // whether any rank asked (then every rank stops after executing the returned responses).
-  std::vector<Response> cycle(bool shutdown_requested, bool* shutdown);
+  // What a rank asks for in a cycle, and (after the AND) whether any rank did.
+  struct CycleFlags {
+    bool shutdown = false;  // hvd::shutdown(): every rank stops after this cycle's responses
+    bool stop = false;      // hvd::request_stop(): the training loop stops at an agreed step
+  };
+  // Runs one cycle with this rank's flags `mine`; *any receives whether any rank set each.
+  std::vector<Response> cycle(const CycleFlags& mine, CycleFlags* any);
 
   // Rank 0, for the stall inspector: see Coordinator::stalled.
   using Stall = Coordinator::Stall;
@@ -119,7 +124,7 @@ class Controller {
   void classify(Request&& r, const Looked& looked);
   void go_slow(Request&& r);
   std::vector<Looked> looked_;  // take_requests()' scratch, reused
-  std::vector<uint64_t> local_bits(bool shutdown_requested);
+  std::vector<uint64_t> local_bits(const CycleFlags& mine);
   void exchange_bits(std::vector<uint64_t>& bits);
   std::vector<int> probe_silent(const std::vector<int>& ranks, double waited) const;
   void erase_invalid(const std::vector<uint64_t>& bits);

@@ -180,6 +180,7 @@ void Executor::perform_unit(const Response& r) {
   };
   int runs = n > 0 ? 1 : 0;
   for (size_t i = 1; i < n; ++i) runs += same_run(i - 1, i) ? 0 : 1;
+  if (stop_agreed_) unit->handle->stop_agreed = true;
   if (runs == 0) {
     unit->handle->complete_one();
     return;
@@ -230,13 +231,17 @@ bool Executor::perform_control(const Response& r) {
       return true;
     case ResponseType::kJoin:
       if (auto e = queue_.take(r.names[0])) {
+        e->handle->stop_agreed = stop_agreed_;
         e->handle->set_join_result(r.last_joined_rank);
         e->handle->complete_one();
       }
       return true;
     case ResponseType::kBarrier:
       // Negotiation itself proved that every rank reached the barrier.
-      if (auto e = queue_.take(r.names[0])) e->handle->complete_one();
+      if (auto e = queue_.take(r.names[0])) {
+        e->handle->stop_agreed = stop_agreed_;
+        e->handle->complete_one();
+      }
       return true;
     case ResponseType::kAllreduce:
     case ResponseType::kAllgather:
@@ -314,6 +319,8 @@ void Executor::execute(const Response& r, Batch& b) {
     ~OpDone() { w.op_finished(); }
   } op_done{watchdog_};
   if (++batches_ == stop_at_batch_) std::raise(SIGSTOP);
+  if (stop_agreed_)
+    for (auto& h : b.handles) h->stop_agreed = true;
   try {
     ops_.execute(b.op);
   } catch (const std::exception& e) {

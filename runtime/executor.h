@@ -36,6 +36,11 @@ class Executor {
   // Throws CommunicationError after failing the batch's handles when the op lost its peers.
   void perform(const Response& response);
 
+  // From now on every handle this executor completes is marked HandleState::stop_agreed: the
+  // ranks learnt of a stop request in this cycle (hvd/stop.h). Every rank calls it in the same
+  // cycle, before that cycle's responses run.
+  void stop_agreed() { stop_agreed_ = true; }
+
   // The reason rank 0 gave for shutting hvd down (its notice), or "".
   const std::string& shutdown_reason() const { return shutdown_reason_; }
 
@@ -61,6 +66,7 @@ class Executor {
   std::vector<ops::OpEntry> entries_spare_;
   long batches_ = 0;         // data-plane batches run so far
   long stop_at_batch_ = -1;  // test hook HVD_TEST_STOP_IN_OP (executor.cc)
+  bool stop_agreed_ = false;
 };
 
 }  // namespace hvd

@@ -7,6 +7,7 @@
 #include "common/sanitizers.h"
 #include "hvd/collectives.h"
 #include "hvd/error.h"
+#include "runtime/stop_state.h"
 
 namespace hvd::detail {
 namespace {
@@ -315,6 +316,7 @@ void Handle::wait() {
       poll_for(poll, [&] { return s.done(); });
     s.wait_done();
   }
+  if (s.stop_agreed) detail::note_stop_seen();  // hvd::stop_agreed() (runtime/stop_state.h)
   if (s.error_kind != detail::ErrorKind::kNone)
     detail::throw_error(s.error_kind, s.results().error);
 }

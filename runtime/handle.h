@@ -17,7 +17,7 @@
 
 namespace hvd::detail {
 
-enum class ErrorKind { kNone, kInvalidArgument, kCommunication, kInternal, kGeneric };
+enum class ErrorKind : uint8_t { kNone, kInvalidArgument, kCommunication, kInternal, kGeneric };
 
 // How user threads wake the background thread (runtime/runtime.cc): a first request since the last
 // cycle, shutdown, or a user thread that blocks in Handle::wait() on a request that is still in the
@@ -99,6 +99,9 @@ struct HandleState {
   // Written once, before `phase` becomes kDone (join_result by the executor, the results by the
   // op or fail()); read after done(), whose acquire load makes them visible: no lock.
   ErrorKind error_kind = ErrorKind::kNone;
+  // Released in or after the cycle in which the ranks learnt of a stop request (hvd/stop.h):
+  // written by the executor before completion, the same on every rank for the same operation.
+  bool stop_agreed = false;
   int join_result = -1;
   // The WakeSignal::pops number that takes this operation's requests (0: none travel through the
   // queue's requests). Set before the handle reaches the user.

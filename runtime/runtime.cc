@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "hvd/config.h"
 #include "hvd/error.h"
+#include "hvd/stop.h"
 #include "ops/backends.h"
 #include "runtime/coordinator.h"
 #include "runtime/group_unit.h"
@@ -368,7 +369,11 @@ void Runtime::loop() {
         std::lock_guard<std::mutex> lock(exec_mu_);
         waited = wake_.waited();
         wake_.cycles.fetch_add(1, std::memory_order_release);
-        std::vector<Response> responses = controller_->cycle(shutdown_requested_.load(), &shutdown);
+        Controller::CycleFlags any;
+        std::vector<Response> responses = controller_->cycle(
+            {.shutdown = shutdown_requested_.load(), .stop = hvd::stop_requested()}, &any);
+        shutdown = any.shutdown;
+        if (any.stop) executor_->stop_agreed();  // marks this cycle's handles on (hvd/stop.h)
         if (timeline_) {
           timeline_->mark_cycle();
           for (const auto& r : responses)

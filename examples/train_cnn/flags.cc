@@ -9,6 +9,7 @@
 
 #include "data/idx_reader.h"
 #include "hvd/error.h"
+#include "hvd/stop.h"
 
 namespace train_cnn {
 namespace {
@@ -48,6 +49,10 @@ void add_training_flags(po::options_description& all, Flags& f, std::string& war
                          "epochs to train (in total, counting a resumed run's earlier epochs)")(
       "batch-size", po::value(&f.batch_size)->default_value(f.batch_size),
       "images per replica per step (global batch = this x replicas)")(
+      "global-batch-size", po::value(&f.global_batch_size)->default_value(0),
+      "images per step over all replicas, whatever their number (0: --batch-size x replicas): "
+      "each of R ranks takes G/R, and the rate is --lr x G/--batch-size; so the same command on "
+      "fewer ranks (a restart after a lost node) keeps the schedule and resumes the checkpoint")(
       "lr", po::value(&f.lr)->default_value(f.lr, "0.05"),
       "learning rate of one replica with its batch; multiplied by the number of replicas (up to "
       "--max-lr)")(
@@ -111,11 +116,20 @@ void add_checkpoint_flags(po::options_description& all, Flags& f) {
   po::options_description ckpt("Checkpoints");
   ckpt.add_options()("checkpoint-dir", po::value(&f.checkpoint_dir),
                      "write checkpoints (safetensors, rank 0) here")(
-      "resume", po::bool_switch(&f.resume),
-      "continue from the newest good checkpoint in --checkpoint-dir")(
-      "checkpoint-every-epoch",
-      po::value(&f.checkpoint_every_epoch)->default_value(true)->implicit_value(true),
-      "save at each epoch end (=false: only at the end of the run)")(
+      "resume", po::bool_switch(),
+      "continue from the newest good checkpoint in --checkpoint-dir (the default when it holds "
+      "one)")("no-resume", po::bool_switch(),
+              "start from scratch even if --checkpoint-dir holds checkpoints")(
+      "checkpoint-every-steps",
+      po::value(&f.checkpoint_every_steps)->default_value(f.checkpoint_every_steps),
+      "also save every N optimizer steps, inside epochs too (0: off); a stop on a signal loses "
+      "nothing, a lost node at most N steps")(
+      "stop-signals", po::value<std::string>()->default_value("TERM,USR1"),
+      "on these signals (on any rank) every rank stops after the same step, rank 0 saves a "
+      "checkpoint and train_cnn exits 75 (saved, please requeue); 'none': the signals' default "
+      "actions")("checkpoint-every-epoch",
+                 po::value(&f.checkpoint_every_epoch)->default_value(true)->implicit_value(true),
+                 "save at each epoch end (=false: only at the end of the run)")(
       "keep-checkpoints", po::value(&f.keep_checkpoints)->default_value(f.keep_checkpoints),
       "checkpoints kept (0: all)");
 
@@ -247,8 +261,23 @@ void validate(Flags& f, const po::variables_map& vm, const std::string& warmup,
     bad("--data-dir is empty: give the folder that holds the Fashion-MNIST IDX files.");
   if (f.metrics_csv.empty())
     bad("--metrics-csv is empty: give a file name, or 'none' to write no metrics.");
-  if (f.resume && f.checkpoint_dir.empty())
+  const bool resume = vm["resume"].as<bool>(), no_resume = vm["no-resume"].as<bool>();
+  if (resume && no_resume)
+    bad("--resume and --no-resume contradict each other: give one (resuming is the default).");
+  if (resume && f.checkpoint_dir.empty())
     bad("--resume needs --checkpoint-dir: the folder whose newest checkpoint to continue from.");
+  f.resume = !no_resume && !f.checkpoint_dir.empty();
+  require(f.checkpoint_every_steps >= 0, "--checkpoint-every-steps", f.checkpoint_every_steps,
+          "it must be 0 (off) or a number of steps");
+  if (f.checkpoint_every_steps > 0 && f.checkpoint_dir.empty())
+    bad("--checkpoint-every-steps needs --checkpoint-dir: the folder to save the checkpoints in.");
+  require(f.global_batch_size >= 0, "--global-batch-size", f.global_batch_size,
+          "it must be 0 (--batch-size x replicas) or a number of images");
+  if (f.global_batch_size > 0 && f.global_batch_size % f.batch_size != 0)
+    bad("--global-batch-size " + std::to_string(f.global_batch_size) +
+        " is not a multiple of --batch-size " + std::to_string(f.batch_size) +
+        " (the batch --lr is given for, which the rate is scaled from): choose a multiple.");
+  f.stop_signals = hvd::parse_signals(vm["stop-signals"].as<std::string>(), "--stop-signals");
   // A benchmark measures a fixed number of steps unless told otherwise.
   if (f.benchmark && vm["max-steps"].defaulted()) f.max_steps = kBenchmarkDefaultSteps;
   if (f.synthetic && !vm["data-dir"].defaulted())

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/recompute.h"
 
@@ -15,7 +16,10 @@ namespace train_cnn {
 struct Flags {
   // Schedule. Defaults: the schedule that reaches 0.919 test accuracy in 5 epochs (MODEL.md).
   int epochs = 5;
-  int batch_size = 64;  // per replica
+  int batch_size = 64;  // per replica; with global_batch_size, the batch --lr is given for
+  // Images per step over all replicas, kept whatever the number of ranks (0: batch_size x ranks):
+  // each rank takes global_batch_size / ranks, and the rate is scaled by global / batch_size.
+  int64_t global_batch_size = 0;
   // The rate schedule (lr_schedule.h): lr x replicas, capped at max_lr, reached by a linear
   // warm-up (Goyal et al. 2017), times lr_decay^epoch.
   double lr = 0.05;  // one replica's rate for its batch; x replicas unless !lr_scaling
@@ -56,9 +60,12 @@ struct Flags {
 
   // Checkpoints.
   std::string checkpoint_dir;  // empty: no checkpoints
-  bool resume = false;
+  bool resume = true;          // continue from checkpoint_dir's newest good checkpoint if any
   bool checkpoint_every_epoch = true;
+  int64_t checkpoint_every_steps = 0;  // also save every N global steps (0: off)
   int keep_checkpoints = 3;
+  // Stop at an agreed step on these signals (hvd/stop.h), save, and exit hvd::kExitRequeue.
+  std::vector<int> stop_signals;  // parse_flags: --stop-signals (default TERM,USR1)
 
   // Output.
   bool benchmark = false;
@@ -78,7 +85,7 @@ struct ParsedFlags {
 
 // Parses and validates argv. Throws hvd::InvalidArgumentError (message without a trailing
 // newline) for an unknown flag, a missing or malformed value, a value out of range, or flags
-// that contradict each other (--resume without --checkpoint-dir, --synthetic with --data-dir).
+// that contradict each other (--resume with --no-resume, --synthetic with --data-dir).
 ParsedFlags parse_flags(int argc, const char* const* argv);
 
 }  // namespace train_cnn

@@ -2,12 +2,14 @@
 //
 //   mpirun -np 4 train_cnn                       # 5 epochs, 4 replicas x batch 64, lr x4
 //   mpirun -np 2 train_cnn --epochs 1 --checkpoint-dir ckpt
-//   mpirun -np 2 train_cnn --checkpoint-dir ckpt --resume
+//   mpirun -np 2 train_cnn --checkpoint-dir ckpt             # again: resumes where it stopped
 //   mpirun -np 2 train_cnn --benchmark --synthetic
 //
 // docs/train_cnn.md describes the flags, the output, the metrics file and measured results.
-// Exit status: 0 done, 1 a failure during the run, 2 a bad command line. Errors print one line
-// per rank on stderr ("train_cnn: error on rank R: ...").
+// Exit status: 0 done, 1 a failure during the run, 2 a bad command line, 75 (hvd::kExitRequeue)
+// stopped on a signal (--stop-signals) and saved: run the same command again to continue, 70 a
+// rank was lost (hvd's peer-loss exit). Errors print one line per rank on stderr
+// ("train_cnn: error on rank R: ...").
 
 #include <cstdio>
 #include <cstdlib>
@@ -66,7 +68,10 @@ int main(int argc, char** argv) {
   int status = 0;
   try {
     train_cnn::Trainer trainer(parsed.flags);
-    trainer.run();
+    const train_cnn::TrainSummary sum = trainer.run();
+    // Stopped on a signal at an agreed step: saved, please requeue (hvd/stop.h); without a
+    // --checkpoint-dir nothing was saved, a failure.
+    if (sum.stopped) status = parsed.flags.checkpoint_dir.empty() ? 1 : hvd::kExitRequeue;
   } catch (const train_cnn::AllRanksError& e) {
     // Every rank raised it at the same point: hvd can still be shut down together.
     report(where, e);

@@ -77,6 +77,19 @@ struct Trainer::StepResult {
 Trainer::Trainer(const Flags& flags) : flags_(flags) {
   rank_ = hvd::rank();
   size_ = hvd::size();
+  // Installed first: a signal during the setup (data loading) is not lost.
+  if (!flags_.stop_signals.empty())
+    stop_ = std::make_unique<hvd::StopOnSignal>(flags_.stop_signals);
+  lr_scale_ = size_;
+  if (flags_.global_batch_size > 0) {  // the same decision on every rank: same flags and size
+    if (flags_.global_batch_size % size_ != 0)
+      throw AllRanksError("--global-batch-size " + std::to_string(flags_.global_batch_size) +
+                          " does not divide among " + std::to_string(size_) +
+                          " ranks: choose a multiple of the rank count (or run on a divisor of " +
+                          "it).");
+    lr_scale_ = static_cast<int>(flags_.global_batch_size / flags_.batch_size);
+    flags_.batch_size = static_cast<int>(flags_.global_batch_size / size_);
+  }
   const bool terminal = flags_.progress == "auto" ? stdout_is_terminal() : flags_.progress == "bar";
   progress_ = std::make_unique<Progress>(rank_ == 0, terminal, flags_.log_every, flags_.log_steps);
   std::string local_error;
@@ -128,7 +141,7 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   lo.max_lr = flags_.max_lr;
   lo.warmup_steps = flags_.warmup_steps;
   lo.decay = flags_.lr_decay;
-  schedule_.emplace(lo, size_, steps_per_epoch, steps_per_epoch * flags_.epochs);
+  schedule_.emplace(lo, lr_scale_, steps_per_epoch, steps_per_epoch * flags_.epochs);
 
   // Same seed everywhere, and rank 0's state broadcast anyway: every replica starts identical.
   net_->initialize(static_cast<uint64_t>(flags_.seed));
@@ -240,7 +253,7 @@ std::string Trainer::describe_data() const {
 void Trainer::resume() {
   const std::optional<int64_t> step = checkpointer_->restore_latest(net_->state());
   if (!step) {
-    progress_->line("train_cnn: --resume: no checkpoint in '" + flags_.checkpoint_dir +
+    progress_->line("train_cnn: no checkpoint in '" + flags_.checkpoint_dir +
                     "' yet; starting from scratch.");
     return;
   }
@@ -262,9 +275,10 @@ void Trainer::resume() {
     throw AllRanksError(
         "--resume: the checkpoint of step " + std::to_string(*step) + " in '" + dir +
         "' was trained with a global batch of " + std::to_string(global_batch) + ", this run has " +
-        std::to_string(want_batch) + " (--batch-size " + std::to_string(flags_.batch_size) + " x " +
-        std::to_string(size_) + " replicas): choose --batch-size so that the global batch is " +
-        std::to_string(global_batch) + ".");
+        std::to_string(want_batch) + " (" + std::to_string(flags_.batch_size) + " x " +
+        std::to_string(size_) + " replicas): pass --global-batch-size " +
+        std::to_string(global_batch) + " (or --batch-size " + std::to_string(global_batch / size_) +
+        "), or start from scratch with --no-resume or another --checkpoint-dir.");
   if (images != train_.count)
     throw AllRanksError("--resume: the checkpoint in '" + dir + "' was trained on " +
                         std::to_string(images) + " training images, this run has " +
@@ -362,6 +376,28 @@ void Trainer::save_checkpoint(int next_epoch, int64_t step_in_epoch) {
                   checkpointer_->path_for(global_step_));
 }
 
+bool Trainer::after_step(int epoch, int64_t next_step_in_epoch) {
+  const int64_t every = flags_.checkpoint_every_steps;
+  if (every > 0 && global_step_ % every == 0) save_checkpoint(epoch, next_step_in_epoch);
+  // The same answer on every rank after the same step (hvd/stop.h): the step's all-reduces were
+  // waited for on every rank alike.
+  if (!stop_ || !stop_->should_stop()) return false;
+  if (checkpointer_) save_checkpoint(epoch, next_step_in_epoch);
+  return true;
+}
+
+void Trainer::report_stop(int epoch, int64_t step_in_epoch) {
+  std::string line = "train_cnn: stopping after step " + std::to_string(global_step_) + " (epoch " +
+                     std::to_string(epoch + 1) + " at step " + std::to_string(step_in_epoch) +
+                     ", " + stop_->reason() + "): ";
+  if (checkpointer_)
+    line += "saved " + checkpointer_->path_for(last_saved_step_) + "; exit " +
+            std::to_string(hvd::kExitRequeue) + " (requeue: the same command resumes from it)";
+  else
+    line += "nothing saved (no --checkpoint-dir)";
+  progress_->line(line);
+}
+
 void Trainer::dump_weights() {
   net_->state_to_host();
   if (rank_ != 0 || flags_.dump_weights.empty()) return;
@@ -395,10 +431,17 @@ TrainSummary Trainer::run() {
   int64_t step_in_epoch = start_step_in_epoch_;
   for (; epoch < flags_.epochs; ++epoch, step_in_epoch = 0) {
     EpochStats e;
-    // --max-steps stopped the run inside this epoch: epoch and step_in_epoch say where.
+    // --max-steps or a signal stopped the run inside this epoch: epoch and step_in_epoch say where.
     if (!train_epoch(epoch, step_in_epoch, totals, sum, e)) break;
     end_epoch(e, sum);
     evaluated_last = e.evaluated;
+  }
+  if (sum.stopped) {
+    // Saved by after_step(); no evaluation: a job about to be killed saves first and leaves.
+    sum.global_step = global_step_;
+    sum.seconds = seconds_since(run_start);
+    report_stop(epoch, step_in_epoch);
+    return sum;
   }
   // Stopped inside an epoch (--max-steps), or the epochs were already done (a resumed run).
   if (evaluates() && !evaluated_last && sum.steps_this_run > 0) evaluate_at_stop(epoch, sum);
@@ -467,11 +510,16 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
     progress_->step(s);
     csv_.step(s, r.seconds > 0 ? global_batch / r.seconds : 0,
               r.seconds > 0 ? r.wait / r.seconds : 0);
+    if (after_step(epoch, step_in_epoch + 1)) {
+      sum.stopped = true;
+      ++step_in_epoch;  // the step just done: the resumed run starts after it
+      break;
+    }
   }
   totals.train_seconds += epoch_seconds;
   totals.train_wait += epoch_wait;
   totals.train_data_wait += epoch_data_wait;
-  if (step_in_epoch < shard.steps) return false;
+  if (step_in_epoch < shard.steps || sum.stopped) return false;
 
   e.epoch = epoch;
   e.epochs = flags_.epochs;

@@ -11,8 +11,10 @@
 // so rank 0 reports the global-batch mean. At each epoch end the test set is evaluated sharded
 // across ranks (counts combined with an all-reduce sum) and, with --checkpoint-dir, rank 0 saves a
 // checkpoint (parameters, optimizer velocity, epoch and step; the data order is a pure function
-// of seed and epoch, so that is the whole random state) from which --resume continues bitwise as
-// if never interrupted.
+// of seed and epoch, so that is the whole random state) from which the next run (resuming by
+// default) continues bitwise as if never interrupted; --checkpoint-every-steps saves inside epochs
+// too. A signal (--stop-signals, hvd/stop.h) on any rank stops every rank after the same step,
+// saved: TrainSummary::stopped, and main() exits hvd::kExitRequeue.
 //
 // Collective: every rank constructs a Trainer with the same flags and calls run(). Errors that
 // every rank detects together (bad data on some rank, a checkpoint that does not fit) are thrown
@@ -52,6 +54,9 @@ struct TrainSummary {
   double wait_share = 0;       // share of step time waiting for gradient all-reduces (rank mean)
   double data_wait_share = 0;  // share of step time waiting for the input pipeline (rank mean)
   double seconds = 0;          // wall time of this run's training loop
+  // The ranks stopped on a signal (--stop-signals) after an agreed step and rank 0 saved it: the
+  // program exits hvd::kExitRequeue, and the same command continues from there.
+  bool stopped = false;
 };
 
 class Trainer {
@@ -87,10 +92,15 @@ class Trainer {
   // Test loss/accuracy over the first test_limit test images, sharded across ranks.
   model::Evaluation evaluate_test(int epoch);
   void save_checkpoint(int next_epoch, int64_t step_in_epoch);
+  // After a step: --checkpoint-every-steps, then the agreed stop (true: stop the run here).
+  bool after_step(int epoch, int64_t next_step_in_epoch);
+  void report_stop(int epoch, int64_t step_in_epoch);
   void dump_weights();
   std::string describe_data() const;
 
-  Flags flags_;
+  Flags flags_;       // batch_size: this replica's batch (--global-batch-size / ranks when given)
+  int lr_scale_ = 1;  // the rate's multiplier: replicas, or --global-batch-size / --batch-size
+  std::unique_ptr<hvd::StopOnSignal> stop_;  // --stop-signals (none: null)
   int rank_ = 0;
   int size_ = 1;
   DeviceChoice device_;

@@ -11,6 +11,11 @@
 #                               ranks) right after the first checkpoint appears, then --resume;
 #                               (c) stopped by --max-steps inside epoch 2, then --resume. (b) and
 #                               (c) must end with bitwise the weights of (a).
+#   MODE stop                   TRAIN_CNN_NP ranks (default 2), 2 epochs, a checkpoint every 5 steps:
+#                               SIGUSR1 to one rank, SIGTERM to every rank 0.15 s apart, SIGUSR1 to
+#                               mpirun: exit 75 after one agreed step with its checkpoint, and the
+#                               same command then resumes and ends with bitwise the weights of the
+#                               uninterrupted run; --no-resume starts afresh.
 #   MODE errors                 bad flags, a missing data folder, impossible settings on 2 ranks:
 #                               a non-zero exit within seconds and a clear line from every rank.
 #   MODE synthetic              TRAIN_CNN_NP ranks, --synthetic with the default flags, 3 epochs
@@ -166,6 +171,92 @@ case "$mode" in
     [[ $(grep -c 'global batch of 32, this run has 16' d.log) -eq $np ]] ||
       { cat d.log; fail "expected one line per rank explaining the global batch mismatch"; }
     echo "PASS: killed and resumed runs end with bitwise the weights of the uninterrupted run"
+    ;;
+
+  stop)
+    # hvd/stop.h in train_cnn: a signal stops every rank after the same step, rank 0 saves, the
+    # job exits 75, and the same command resumes and ends bitwise where the uninterrupted run ends.
+    np=${TRAIN_CNN_NP:-2}
+    export HVD_FUSION_THRESHOLD=0  # the summation order must not depend on timing (bitwise)
+    steps_per_epoch=$((1024 / (16 * np)))
+    total=$((2 * steps_per_epoch))
+    every=5
+    common=(--synthetic --synthetic-size 1024 --epochs 2 --seed 5 --lr 0.01 --batch-size 16
+      --test-limit 0 --log-every 8 --metrics-csv none --checkpoint-every-steps $every --keep-checkpoints 0)
+
+    echo "== (a) uninterrupted, a checkpoint every $every steps"
+    mpi $np "${common[@]}" --checkpoint-dir ck_a --dump-weights a.bin >a.log 2>&1 ||
+      { cat a.log; fail "the uninterrupted run failed"; }
+    saved=$(grep -c '^checkpoint: saved step' a.log)
+    want=$((total / every + 2 - (steps_per_epoch % every == 0) - (total % every == 0)))
+    [[ $saved -eq $want ]] || { cat a.log; fail "expected $want checkpoints (every $every steps and each epoch's end), got $saved"; }
+    for ((s = every; s <= total; s += every)); do
+      [[ -s ck_a/$(printf 'ckpt-%012d.safetensors' $s) ]] || { ls ck_a; fail "no checkpoint of step $s"; }
+    done
+
+    # interrupted NAME HOW: runs the job slowed down, signals it once the checkpoint of step
+    # $every exists (HOW: one-rank, every-rank or mpirun), expects exit 75 within 30 s with the
+    # save of the agreed step, then reruns the same command: resumed from that step, exit 0, and
+    # bitwise the weights of (a).
+    interrupted() {
+      local name=$1 how=$2
+      echo "== ($name) $how"
+      setsid "${mpiexec[@]}" -np $np "$train_cnn" "${common[@]}" --data-delay-ms 40 \
+        --checkpoint-dir "ck_$name" --dump-weights "$name.bin" >"$name.1.log" 2>&1 &
+      local job=$! deadline=$((SECONDS + 60))
+      until [[ -e ck_$name/$(printf 'ckpt-%012d.safetensors' $every) ]]; do
+        kill -0 $job 2>/dev/null || { cat "$name.1.log"; fail "$name: the job ended before step $every"; }
+        ((SECONDS < deadline)) || { kill -9 $(pgrep -s $job); cat "$name.1.log"; fail "$name: no checkpoint within 60 s"; }
+        sleep 0.02
+      done
+      # The ranks: mpirun's children, in rank order (OMPI_COMM_WORLD_RANK of each).
+      local ranks=() pid r
+      for pid in $(pgrep -P $job); do
+        r=$(tr '\0' '\n' </proc/$pid/environ 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
+        [[ -n $r ]] && ranks[$r]=$pid
+      done
+      [[ ${#ranks[@]} -eq $np ]] || { kill -9 $(pgrep -s $job); fail "$name: found ${#ranks[@]} of $np ranks"; }
+      local sent=$SECONDS
+      case $how in
+        one-rank) kill -USR1 "${ranks[$((np / 2))]}" ;;
+        every-rank) for pid in "${ranks[@]}"; do kill -TERM $pid; sleep 0.15; done ;;
+        mpirun) kill -USR1 $job ;;  # Open MPI forwards SIGUSR1 to every rank
+      esac
+      local waited=0
+      while kill -0 $job 2>/dev/null && ((waited < 300)); do sleep 0.1; waited=$((waited + 1)); done
+      kill -0 $job 2>/dev/null && { kill -9 $(pgrep -s $job); cat "$name.1.log"; fail "$name: still running 30 s after the signal"; }
+      wait $job
+      local rc=$?
+      cat "$name.1.log"
+      [[ $rc -eq 75 ]] || fail "$name: exit status $rc after the signal, expected 75 (saved, please requeue)"
+      local line stop
+      line=$(grep '^train_cnn: stopping after step' "$name.1.log")
+      stop=$(sed -n 's/^train_cnn: stopping after step \([0-9]*\) .*/\1/p' <<<"$line")
+      [[ -n $stop ]] || fail "$name: no 'stopping after step' line"
+      echo "-- $name: exit 75 about $((SECONDS - sent)) s after the signal, stopped after step $stop of $total"
+      ((stop < total)) || fail "$name: the run ended before the signal took effect (nothing interrupted)"
+      [[ -s ck_$name/$(printf 'ckpt-%012d.safetensors' "$stop") ]] || { ls "ck_$name"; fail "$name: no checkpoint of the agreed step $stop"; }
+      [[ ! -e $name.bin ]] || fail "$name: the stopped run wrote its final weights"
+      case $how in
+        one-rank) grep -q "(epoch .*, SIGUSR1 on rank $((np / 2))): saved" <<<"$line" || fail "$name: the stop line does not name SIGUSR1 on rank $((np / 2))" ;;
+        every-rank) grep -q "SIGTERM on rank" <<<"$line" || fail "$name: the stop line does not name SIGTERM" ;;
+      esac
+      mpi $np "${common[@]}" --checkpoint-dir "ck_$name" --dump-weights "$name.bin" >"$name.2.log" 2>&1 ||
+        { cat "$name.2.log"; fail "$name: the resumed run failed"; }
+      grep -q "resumed from .*$(printf 'ckpt-%012d' "$stop").safetensors (step $stop," "$name.2.log" ||
+        { cat "$name.2.log"; fail "$name: the rerun did not resume from step $stop"; }
+      "$compare" a.bin "$name.bin" bitwise || fail "$name: stopped + resumed run ends with other weights than the uninterrupted one"
+    }
+    interrupted b one-rank
+    interrupted c every-rank
+    interrupted d mpirun
+
+    echo "== (e) --no-resume starts from scratch beside existing checkpoints"
+    mpi $np "${common[@]}" --checkpoint-dir ck_a --no-resume --max-steps 1 --dump-weights e.bin >e.log 2>&1 ||
+      { cat e.log; fail "--no-resume failed"; }
+    grep -q "resumed from" e.log && fail "--no-resume resumed"
+    grep -q "done: .* 1 steps (1 in this run)" e.log || { cat e.log; fail "--no-resume did not train 1 step from scratch"; }
+    echo "PASS: a signal (one rank, every rank, mpirun) stops all $np ranks after one step, saved; the rerun resumes bitwise"
     ;;
 
   errors)

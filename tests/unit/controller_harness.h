@@ -131,10 +131,13 @@ class Rank {
 
   // One cycle; the tensors of its responses leave the queue (as the runtime's perform() takes
   // them). Returns them.
-  std::vector<Seen> cycle(bool shutdown_requested = false, bool* shutdown = nullptr) {
-    bool any_shutdown = false;
-    std::vector<Response> responses = controller_.cycle(shutdown_requested, &any_shutdown);
-    if (shutdown) *shutdown = any_shutdown;
+  std::vector<Seen> cycle(bool shutdown_requested = false, bool* shutdown = nullptr,
+                          bool stop_requested = false, bool* stop = nullptr) {
+    Controller::CycleFlags any;
+    std::vector<Response> responses =
+        controller_.cycle({.shutdown = shutdown_requested, .stop = stop_requested}, &any);
+    if (shutdown) *shutdown = any.shutdown;
+    if (stop) *stop = any.stop;
     std::vector<Seen> out;
     for (const auto& fused : responses) {
       if (!fused.lanes.empty()) {

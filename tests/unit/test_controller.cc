@@ -341,6 +341,22 @@ TEST_P(ControllerTest, ShutdownOfOneRankStopsEveryRank) {
   });
 }
 
+// hvd/stop.h: a stop request of one rank reaches every rank in the same cycle (the n-th cycle of
+// every rank is one AND), and the cycles before it show none; it does not shut anything down.
+TEST_P(ControllerTest, StopRequestOfOneRankIsSeenByEveryRankInTheSameCycle) {
+  const int n = GetParam();
+  constexpr int kAskFrom = 3;  // the asking rank asks from its 4th cycle on
+  run_ranks(n, [](Rank& me) {
+    const bool asks = me.rank() == me.size() / 2;
+    for (int i = 0; i < 8; ++i) {
+      bool shutdown = true, stop = false;
+      me.cycle(false, &shutdown, asks && i >= kAskFrom, &stop);
+      EXPECT_FALSE(shutdown) << "cycle " << i;
+      EXPECT_EQ(stop, i >= kAskFrom) << "rank " << me.rank() << " cycle " << i;
+    }
+  });
+}
+
 // A rank that stops answering: every other rank fails with a CommunicationError naming it.
 void expect_lost(int n, int dropped) {
   InProcessHub hub(n);
