@@ -100,15 +100,33 @@ bool is_abort_notice(std::string_view text) {
 
 namespace {
 
-std::atomic<pid_t> g_child{0};
+// The signals hvdrun relays to mpirun. The handler only counts them (lock-free atomics are
+// async-signal-safe); the supervise loop, woken by the EINTR of its poll, acts on the counts.
+constexpr int kRelayed[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+constexpr size_t kRelayedCount = sizeof kRelayed / sizeof kRelayed[0];
+std::atomic<unsigned> g_sent[kRelayedCount];  // sent with kill()/sigqueue(): to be passed on
+std::atomic<unsigned> g_stops{0};             // INT/TERM/HUP/QUIT from anywhere
+static_assert(std::atomic<unsigned>::is_always_lock_free);
 
-// Signals sent to hvdrun alone (kill, a batch system) go on to mpirun; a terminal's Ctrl-C
-// already reached mpirun, which is in hvdrun's process group, and is not sent a second time
-// (mpirun takes a second SIGINT as "terminate forcibly").
-void forward_signal(int sig, siginfo_t* info, void*) {
-  pid_t child = g_child.load();
-  if (child > 0 && (info == nullptr || info->si_code == SI_USER || info->si_code == SI_QUEUE))
-    ::kill(child, sig);
+// Signals sent to hvdrun alone (kill, a batch system) are counted to be passed on; a terminal's
+// Ctrl-C has already reached mpirun, which is in hvdrun's process group, and is not counted for
+// passing on (mpirun takes a second SIGINT as "terminate forcibly"), only as a stop.
+void note_signal(int sig, siginfo_t* info, void*) {
+  const bool sent = info == nullptr || info->si_code == SI_USER || info->si_code == SI_QUEUE;
+  for (size_t i = 0; i < kRelayedCount; ++i)
+    if (kRelayed[i] == sig && sent) g_sent[i].fetch_add(1);
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) g_stops.fetch_add(1);
+}
+
+void install_signal_handlers() {
+  static bool installed = false;
+  if (installed) return;
+  installed = true;
+  struct sigaction sa {};
+  sa.sa_sigaction = note_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : kRelayed) ::sigaction(sig, &sa, nullptr);
 }
 
 // The descendants of `root` (children first found, then theirs), from /proc.
@@ -185,17 +203,6 @@ void write_all(int fd, const char* data, size_t n) {
   }
 }
 
-// Signals sent to hvdrun go on to the child (forward_signal).
-void forward_signals_to(pid_t child) {
-  g_child.store(child);
-  struct sigaction sa {};
-  sa.sa_sigaction = forward_signal;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2})
-    ::sigaction(sig, &sa, nullptr);
-}
-
 int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
@@ -210,8 +217,8 @@ int end_stuck_abort(pid_t pid, int abort_grace_seconds) {
       "hvdrun: error: mpirun has been aborting the job for %d s without finishing: a node it "
       "started ranks on no longer answers (its host or network link failed; the ranks' errors "
       "above name the lost ranks). Ending mpirun; ranks on that node end when their daemon "
-      "loses mpirun. Check that node, then rerun without it (-H/--hostfile) or resume from the "
-      "last checkpoint.\n",
+      "loses mpirun. Without --restarts: check that node, then rerun without it (-H/--hostfile); "
+      "the trainer resumes from its last checkpoint.\n",
       abort_grace_seconds);
   ::kill(pid, SIGSTOP);
   for (pid_t d : descendants(pid)) ::kill(d, SIGKILL);
@@ -237,6 +244,7 @@ class StderrPump {
     ssize_t n = ::read(fd_.get(), buf_, sizeof buf_);
     if (n > 0) {
       write_all(STDERR_FILENO, buf_, static_cast<size_t>(n));
+      scanner_.feed(std::string_view(buf_, static_cast<size_t>(n)));
       tail_.append(buf_, static_cast<size_t>(n));  // a notice split across reads is still found
       aborting_ = aborting_ || is_abort_notice(tail_);
       if (tail_.size() > 512) tail_.erase(0, tail_.size() - 512);
@@ -251,27 +259,102 @@ class StderrPump {
       ssize_t n = ::read(fd_.get(), buf_, sizeof buf_);
       if (n <= 0) break;
       write_all(STDERR_FILENO, buf_, static_cast<size_t>(n));
+      scanner_.feed(std::string_view(buf_, static_cast<size_t>(n)));
     }
+    scanner_.feed("\n");  // a last line without its newline
   }
+  const JobLoss& loss() const { return scanner_.loss(); }
 
  private:
   UniqueFd fd_;
   bool open_ = true, aborting_ = false;
   std::string tail_;
+  JobLossScanner scanner_;
   char buf_[8192];
+};
+
+using Clock = std::chrono::steady_clock;
+
+// Passes the signals counted by note_signal on to mpirun, from the supervise loop. SIGTERM is the
+// exception: hvd trainers take SIGUSR1 as "stop at an agreed step, save, exit 75", which mpirun
+// forwards to every rank, whereas Open MPI turns a SIGTERM into SIGTERM then SIGKILL of every
+// rank within seconds, too soon to save. So the first SIGTERM becomes SIGUSR1, and SIGTERM
+// follows after the stop grace, or at a second SIGTERM.
+class SignalRelay {
+ public:
+  SignalRelay(pid_t child, int stop_grace_seconds)
+      : child_(child), grace_(stop_grace_seconds), stops_at_start_(g_stops.load()) {
+    for (size_t i = 0; i < kRelayedCount; ++i) handled_[i] = g_sent[i].load();
+  }
+
+  void poll() {
+    for (size_t i = 0; i < kRelayedCount; ++i)
+      for (unsigned n = g_sent[i].load(); handled_[i] != n; ++handled_[i]) relay(kRelayed[i]);
+    if (usr1_sent_ && !term_sent_ && Clock::now() >= term_deadline_) {
+      std::fprintf(stderr,
+                   "hvdrun: the job has not ended %d s after SIGUSR1 (--stop-grace %d): "
+                   "forwarding SIGTERM to mpirun.\n",
+                   grace_, grace_);
+      send(SIGTERM);
+    }
+  }
+
+  bool stop_requested() const { return g_stops.load() != stops_at_start_; }
+
+ private:
+  void relay(int sig) {
+    if (sig != SIGTERM || grace_ <= 0) {
+      ::kill(child_, sig);
+      return;
+    }
+    if (usr1_sent_) {
+      if (!term_sent_) std::fprintf(stderr, "hvdrun: second SIGTERM: forwarding it to mpirun.\n");
+      send(SIGTERM);
+      return;
+    }
+    std::fprintf(stderr,
+                 "hvdrun: SIGTERM: sending SIGUSR1 to mpirun, which passes it to every rank (hvd "
+                 "trainers save a checkpoint and exit 75); SIGTERM follows in %d s if the job has "
+                 "not ended (--stop-grace), or at a second SIGTERM.\n",
+                 grace_);
+    ::kill(child_, SIGUSR1);
+    usr1_sent_ = true;
+    term_deadline_ = Clock::now() + std::chrono::seconds(grace_);
+  }
+
+  void send(int sig) {
+    ::kill(child_, sig);
+    term_sent_ = term_sent_ || sig == SIGTERM;
+  }
+
+  pid_t child_;
+  int grace_;
+  unsigned stops_at_start_;
+  unsigned handled_[kRelayedCount] = {};
+  // A plain time point and a flag: GCC's -Wmaybe-uninitialized misreads an optional<time_point>.
+  bool usr1_sent_ = false;
+  Clock::time_point term_deadline_{};
+  bool term_sent_ = false;
 };
 
 }  // namespace
 
-int supervise_plan(const LaunchPlan& plan, int abort_grace_seconds) {
+JobOutcome supervise_job(const LaunchPlan& plan, const SuperviseOptions& options) {
+  JobOutcome out;
   UniqueFd err_read, err_write, execfail_read, execfail_write;
   // execfail is close-on-exec: the child reports a failed execvp through it.
-  if (!make_pipe(err_read, err_write, 0) || !make_pipe(execfail_read, execfail_write, O_CLOEXEC))
-    return exec_plan(plan);  // cannot supervise: behave as before
+  if (!make_pipe(err_read, err_write, 0) || !make_pipe(execfail_read, execfail_write, O_CLOEXEC)) {
+    out.exit_code = exec_plan(plan);  // cannot supervise: behave as before
+    return out;
+  }
+  install_signal_handlers();
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t pid = ::fork();
-  if (pid < 0) return exec_plan(plan);
+  if (pid < 0) {
+    out.exit_code = exec_plan(plan);
+    return out;
+  }
   if (pid == 0) {
     err_read.reset();
     execfail_read.reset();
@@ -286,34 +369,49 @@ int supervise_plan(const LaunchPlan& plan, int abort_grace_seconds) {
   err_write.reset();
   execfail_write.reset();
   int exec_err = 0;
-  if (::read(execfail_read.get(), &exec_err, sizeof exec_err) ==
-      static_cast<ssize_t>(sizeof exec_err)) {
+  ssize_t got;
+  do {
+    got = ::read(execfail_read.get(), &exec_err, sizeof exec_err);
+  } while (got < 0 && errno == EINTR);
+  if (got == static_cast<ssize_t>(sizeof exec_err)) {
     ::waitpid(pid, nullptr, 0);
     std::fprintf(stderr, "hvdrun: cannot run '%s': %s\n", plan.argv[0].c_str(),
                  std::strerror(exec_err));
-    return exec_err == ENOENT ? 127 : 126;
+    out.exit_code = exec_err == ENOENT ? 127 : 126;
+    return out;
   }
   execfail_read.reset();
-  forward_signals_to(pid);
 
-  using Clock = std::chrono::steady_clock;
+  SignalRelay relay(pid, options.stop_grace_seconds);
   StderrPump pump(std::move(err_read));
   std::optional<Clock::time_point> deadline;
   while (true) {
+    relay.poll();
     if (pump.pump() && !deadline)
-      deadline = Clock::now() + std::chrono::seconds(abort_grace_seconds);
+      deadline = Clock::now() + std::chrono::seconds(options.abort_grace_seconds);
     int status = 0;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       pump.drain();
-      g_child.store(0);
-      return exit_code_of(status);
+      out.exit_code = exit_code_of(status);
+      break;
     }
     if (deadline && Clock::now() > *deadline) {
-      int rc = end_stuck_abort(pid, abort_grace_seconds);
-      g_child.store(0);
-      return rc;
+      out.exit_code = end_stuck_abort(pid, options.abort_grace_seconds);
+      out.abort_ended = true;
+      break;
     }
   }
+  out.stop_requested = relay.stop_requested();
+  out.loss = pump.loss();
+  return out;
 }
+
+int supervise_plan(const LaunchPlan& plan, int abort_grace_seconds) {
+  SuperviseOptions options;
+  options.abort_grace_seconds = abort_grace_seconds;
+  return supervise_job(plan, options).exit_code;
+}
+
+unsigned stop_signals_received() { return g_stops.load(); }
 
 }  // namespace hvd::launcher

@@ -14,6 +14,7 @@
 #include "launcher/exec.h"
 #include "launcher/launch_plan.h"
 #include "launcher/options.h"
+#include "launcher/restart.h"
 
 extern char** environ;
 
@@ -81,11 +82,16 @@ int main(int argc, char** argv) {
   }
 
   LaunchPlan plan;
+  LaunchEnvironment env{hvd::process_env_lookup(), current_environment(), ::geteuid() == 0};
   try {
-    LaunchEnvironment env{hvd::process_env_lookup(), current_environment(), ::geteuid() == 0};
     plan = build_launch_plan(cl.launch, env);
   } catch (const hvd::Error& e) {
     std::cerr << "hvdrun: error: " << e.what() << "\n";
+    return 2;
+  }
+  if (cl.min_np > plan.num_proc) {
+    std::cerr << "hvdrun: error: --min-np " << cl.min_np << " is more than the job's "
+              << plan.num_proc << " ranks (-np): lower --min-np.\n";
     return 2;
   }
   if (cl.dry_run) {
@@ -117,8 +123,18 @@ int main(int argc, char** argv) {
     return 127;
   }
   if (cl.verbose) std::cerr << "hvdrun: " << format_command(plan) << "\n";
-  // mpirun runs as a supervised child (see supervise_plan: a job that lost a node is ended 10 s
-  // after mpirun starts aborting it); srun replaces hvdrun, as SLURM handles lost nodes itself.
-  if (cl.launch.launcher == "mpirun") return supervise_plan(plan, kAbortGraceSeconds);
+  // mpirun runs as a supervised child (exec.h supervise_job: a job that lost a node is ended 10 s
+  // after mpirun starts aborting it, SIGTERM becomes SIGUSR1 first; restart.h: --restarts); srun
+  // replaces hvdrun, as SLURM handles lost nodes and signals itself.
+  if (cl.launch.launcher == "mpirun") {
+    SuperviseOptions supervise;
+    supervise.abort_grace_seconds = kAbortGraceSeconds;
+    supervise.stop_grace_seconds = cl.stop_grace_seconds;
+    return run_supervised(cl.launch, env, plan, supervise, {cl.restarts, cl.min_np}, cl.verbose);
+  }
+  if (cl.restarts > 0)
+    std::cerr << "hvdrun: note: --restarts applies to --launcher mpirun; under srun a lost node "
+                 "ends the job step, and the batch script's requeue (cluster/slurm/) restarts "
+                 "the job, which resumes from its checkpoint.\n";
   return exec_plan(plan);
 }

@@ -24,7 +24,17 @@ std::string flag_default(const ConfigVar& v) {
 }
 
 // Which --help group a registry flag belongs to (horovodrun's grouping).
-enum Group { kGeneral, kHosts, kTuning, kTimeline, kStall, kLogging, kLauncher, kGroupCount };
+enum Group {
+  kGeneral,
+  kHosts,
+  kFaultTolerance,
+  kTuning,
+  kTimeline,
+  kStall,
+  kLogging,
+  kLauncher,
+  kGroupCount
+};
 
 Group group_of(const std::string& flag) {
   if (flag.rfind("timeline", 0) == 0) return kTimeline;
@@ -36,10 +46,10 @@ Group group_of(const std::string& flag) {
 
 struct Descriptions {
   std::unique_ptr<po::options_description> groups[kGroupCount];
-  std::string captions[kGroupCount] = {
-      "General arguments",         "Host arguments",        "Tuneable parameter arguments",
-      "Timeline arguments",        "Stall check arguments", "Logging arguments",
-      "Launcher and MPI arguments"};
+  std::string captions[kGroupCount] = {"General arguments",         "Host arguments",
+                                       "Fault tolerance arguments", "Tuneable parameter arguments",
+                                       "Timeline arguments",        "Stall check arguments",
+                                       "Logging arguments",         "Launcher and MPI arguments"};
   po::options_description all{"hvdrun options"};
 
   Descriptions() {
@@ -63,6 +73,21 @@ struct Descriptions {
         "Default: --hostfile, else the SLURM allocation, else localhost with -np slots.")(
         "hostfile", po::value<std::string>()->value_name("PATH"),
         "File with one 'HOST slots=N' per line ('#' comments).");
+    groups[kFaultTolerance]->add_options()(
+        "stop-grace", po::value<std::string>()->value_name("SECONDS"),
+        "A SIGTERM to hvdrun becomes a SIGUSR1 to mpirun, which passes it to every rank: hvd "
+        "trainers stop at an agreed step, save a checkpoint and exit 75 (requeue to continue). "
+        "If the job has not ended SECONDS later (or at a second SIGTERM), mpirun gets the "
+        "SIGTERM. 0: forward SIGTERM at once. Default: 60.")(
+        "restarts", po::value<std::string>()->value_name("N"),
+        "When the job ends because it lost a rank or a node (hvd's exit 70, a rank killed, a "
+        "node that stopped answering), drop the hosts that no longer answer (else those of the "
+        "lost ranks) and start the same command on the hosts left, at most N times; a trainer "
+        "with --checkpoint-dir resumes from its newest checkpoint. mpirun launcher only. "
+        "Default: 0.")(
+        "min-np", po::value<std::string>()->value_name("M"),
+        "Never restart with fewer than M ranks (--restarts): stop with the job's status "
+        "instead. Default: 1.");
     groups[kLauncher]->add_options()(
         "launcher", po::value<std::string>()->value_name("mpirun|srun")->default_value("mpirun"),
         "Start ranks with mpirun (Open MPI; HVD_MPIRUN overrides the binary) or with "
@@ -200,6 +225,13 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   if (vm.count("network-interface") && cl.launch.network_interface.empty())
     throw InvalidArgumentError("--network-interface needs an interface name, e.g. eth0.");
   cl.launch.oversubscribe = flag("oversubscribe");
+  if (vm.count("stop-grace"))
+    cl.stop_grace_seconds =
+        static_cast<int>(parse_int("--stop-grace", str("stop-grace"), 0, 86400));
+  if (vm.count("restarts"))
+    cl.restarts = static_cast<int>(parse_int("--restarts", str("restarts"), 0, 1000));
+  if (vm.count("min-np"))
+    cl.min_np = static_cast<int>(parse_int("--min-np", str("min-np"), 1, 1 << 24));
 
   for (const ConfigVar& v : config_registry()) {
     if (*v.launcher_flag == '\0') continue;

@@ -27,6 +27,10 @@ struct CommandLine {
   bool check_build = false;
   bool dry_run = false;
   bool verbose = false;
+  // Fault tolerance (mpirun launcher): exec.h SuperviseOptions, restart.h RestartPolicy.
+  int stop_grace_seconds = 60;  // --stop-grace
+  int restarts = 0;             // --restarts
+  int min_np = 1;               // --min-np
 };
 
 CommandLine parse_command_line(const std::vector<std::string>& args);  // args without argv[0]

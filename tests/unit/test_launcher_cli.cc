@@ -3,10 +3,15 @@
 // errors.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -104,6 +109,32 @@ TEST(CommandLine, ErrorsNameTheOption) {
             std::string::npos);
 }
 
+TEST(CommandLine, FaultToleranceFlags) {
+  CommandLine cl = parse_command_line({"p"});
+  EXPECT_EQ(cl.stop_grace_seconds, 60);
+  EXPECT_EQ(cl.restarts, 0);
+  EXPECT_EQ(cl.min_np, 1);
+  cl = parse_command_line(
+      {"--stop-grace", "5", "--restarts=2", "--min-np", "3", "-np", "4", "p", "--restarts", "9"});
+  EXPECT_EQ(cl.stop_grace_seconds, 5);
+  EXPECT_EQ(cl.restarts, 2);
+  EXPECT_EQ(cl.min_np, 3);
+  EXPECT_EQ(cl.launch.command, (Args{"p", "--restarts", "9"}));
+  EXPECT_EQ(parse_command_line({"--stop-grace", "0", "p"}).stop_grace_seconds, 0);
+  EXPECT_NE(error_of([] {
+              parse_command_line({"--restarts", "-1", "p"});
+            }).find("--restarts"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_command_line({"--min-np", "0", "p"});
+            }).find("--min-np"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_command_line({"--stop-grace", "x", "p"});
+            }).find("--stop-grace"),
+            std::string::npos);
+}
+
 TEST(CommandLine, HelpIsGroupedAndListsEveryTuningFlag) {
   // Descriptions wrap: compare with runs of blanks collapsed to one space.
   std::string help;
@@ -111,12 +142,29 @@ TEST(CommandLine, HelpIsGroupedAndListsEveryTuningFlag) {
     bool blank = c == ' ' || c == '\n';
     if (!(blank && !help.empty() && help.back() == ' ')) help += blank ? ' ' : c;
   }
-  for (const char* s :
-       {"Usage: hvdrun", "General arguments", "Host arguments", "Tuneable parameter arguments",
-        "Timeline arguments", "Stall check arguments", "Logging arguments",
-        "Launcher and MPI arguments", "-np, --num-proc N", "-H, --hosts HOST:SLOTS", "--hostfile",
-        "--mpi-args", "--dry-run", "--check-build", "--network-interface", "--oversubscribe",
-        "--launcher"})
+  for (const char* s : {"Usage: hvdrun",
+                        "General arguments",
+                        "Host arguments",
+                        "Tuneable parameter arguments",
+                        "Timeline arguments",
+                        "Stall check arguments",
+                        "Logging arguments",
+                        "Launcher and MPI arguments",
+                        "-np, --num-proc N",
+                        "-H, --hosts HOST:SLOTS",
+                        "--hostfile",
+                        "--mpi-args",
+                        "--dry-run",
+                        "--check-build",
+                        "--network-interface",
+                        "--oversubscribe",
+                        "--launcher",
+                        "Fault tolerance arguments",
+                        "--stop-grace SECONDS",
+                        "--restarts N",
+                        "--min-np M",
+                        "becomes a SIGUSR1 to mpirun",
+                        "Default: 60."})
     EXPECT_NE(help.find(s), std::string::npos) << s;
   for (const ConfigVar& v : config_registry()) {
     if (*v.launcher_flag == '\0') continue;
@@ -261,6 +309,205 @@ TEST(HvdrunBinary, NoProgramIsAnError) {
   RunResult r = run_hvdrun({"-np", "1"}, kCleanEnv);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("no program given"), std::string::npos) << r.output;
+}
+
+// ---- fault tolerance: SIGTERM, the exit status of a saved job, --restarts ------------------
+
+// hvdrun started in the background, its stdout and stderr on one pipe.
+struct Background {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string output;
+
+  // Reads until `text` has appeared `times` times (or `seconds` pass); false on a timeout.
+  bool read_until(const std::string& text, int times, double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    auto count = [&] {
+      int n = 0;
+      for (size_t at = output.find(text); at != std::string::npos; at = output.find(text, at + 1))
+        ++n;
+      return n;
+    };
+    char buf[4096];
+    while (count() < times) {
+      if (std::chrono::steady_clock::now() > end) return false;
+      ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n <= 0) return false;
+      output.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+  int finish() {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;)
+      output.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+};
+
+Background start_hvdrun(const Args& args, const Args& env) {
+  Background b;
+  int fds[2];
+  if (::pipe(fds) != 0) return b;
+  b.pid = ::fork();
+  if (b.pid == 0) {
+    ::setpgid(0, 0);  // as under a batch system: no terminal's signals
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    for (const auto& kv : env) {
+      if (kv[0] == '-')
+        ::unsetenv(kv.c_str() + 1);
+      else
+        ::putenv(const_cast<char*>(kv.c_str()));
+    }
+    std::vector<char*> argv{const_cast<char*>(HVDRUN_PATH)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(HVDRUN_PATH, argv.data());
+    ::_exit(255);
+  }
+  ::close(fds[1]);
+  b.fd = fds[0];
+  return b;
+}
+
+// A rank that saves on SIGUSR1 (exit 75), as hvd trainers do, and says so; on SIGTERM it exits
+// 143 at once.
+const char* kSavingRank =
+    "trap 'echo rank $OMPI_COMM_WORLD_RANK saved; exit 75' USR1; "
+    "trap 'echo rank $OMPI_COMM_WORLD_RANK terminated; exit 143' TERM; echo READY; "
+    "i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done";
+
+TEST(HvdrunBinary, SaveAndRequeueStatusPassesThroughMpirun) {
+  RunResult r = run_hvdrun(
+      {"-np", "2", "-H", "localhost:2", "--oversubscribe", "--", "/bin/sh", "-c", "exit 75"},
+      kCleanEnv);
+  EXPECT_EQ(r.status, 75) << r.output;
+}
+
+TEST(HvdrunBinary, SigtermBecomesSigusr1SoTheRanksCanSave) {
+  Background b =
+      start_hvdrun({"-np", "2", "--oversubscribe", "--", "/bin/sh", "-c", kSavingRank}, kCleanEnv);
+  ASSERT_TRUE(b.read_until("READY", 2, 30)) << b.output;
+  ::kill(b.pid, SIGTERM);
+  EXPECT_EQ(b.finish(), 75) << b.output;
+  EXPECT_NE(b.output.find("hvdrun: SIGTERM: sending SIGUSR1 to mpirun"), std::string::npos)
+      << b.output;
+  EXPECT_NE(b.output.find("rank 0 saved"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("rank 1 saved"), std::string::npos) << b.output;
+  EXPECT_EQ(b.output.find("rank 0 terminated"), std::string::npos) << b.output;
+  EXPECT_EQ(b.output.find("rank 1 terminated"), std::string::npos) << b.output;
+}
+
+TEST(HvdrunBinary, SigtermFollowsAfterTheStopGraceOrASecondSigterm) {
+  // Ranks that ignore SIGUSR1: SIGTERM reaches them after --stop-grace.
+  const char* deaf =
+      "trap '' USR1; trap 'echo terminated; exit 143' TERM; echo READY; "
+      "i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done";
+  Background b =
+      start_hvdrun({"--stop-grace", "1", "-np", "1", "--", "/bin/sh", "-c", deaf}, kCleanEnv);
+  ASSERT_TRUE(b.read_until("READY", 1, 30)) << b.output;
+  const auto sent = std::chrono::steady_clock::now();
+  ::kill(b.pid, SIGTERM);
+  EXPECT_NE(b.finish(), 0) << b.output;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  EXPECT_GE(s, 1.0) << b.output;
+  EXPECT_LT(s, 15.0) << b.output;
+  EXPECT_NE(b.output.find("1 s after SIGUSR1 (--stop-grace 1): forwarding SIGTERM"),
+            std::string::npos)
+      << b.output;
+  EXPECT_NE(b.output.find("terminated"), std::string::npos) << b.output;
+
+  b = start_hvdrun({"-np", "1", "--", "/bin/sh", "-c", deaf}, kCleanEnv);  // grace 60 s
+  ASSERT_TRUE(b.read_until("READY", 1, 30)) << b.output;
+  const auto first = std::chrono::steady_clock::now();
+  ::kill(b.pid, SIGTERM);
+  ASSERT_TRUE(b.read_until("SIGTERM follows in 60 s", 1, 10)) << b.output;
+  ::kill(b.pid, SIGTERM);
+  EXPECT_NE(b.finish(), 0) << b.output;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count(), 15.0);
+  EXPECT_NE(b.output.find("hvdrun: second SIGTERM: forwarding it to mpirun."), std::string::npos)
+      << b.output;
+}
+
+// A fake mpirun and rsh agent in a temporary folder: the first job on a host list with "gone"
+// loses rank 1 the way hvd's survivors report it (its sentence, exit 70); the agent cannot reach
+// "gone". Every mpirun command line is logged.
+struct FakeCluster {
+  std::string dir;
+  FakeCluster() {
+    char tmpl[] = "/tmp/hvd-test-restart.XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    write("mpirun",
+          "#!/bin/sh\n"
+          "echo \"$*\" >> " +
+              dir +
+              "/calls\n"
+              "case \"$*\" in *gone*) echo '[hvd rank 0] ERROR rank 1 was lost: no answer for 5 s. "
+              "The process died' >&2; exit 70;; esac\n"
+              "echo job ran on \"$*\"\n");
+    write("agent", "#!/bin/sh\ncase \"$1\" in gone) exit 255;; esac\nexit 0\n");
+  }
+  ~FakeCluster() { std::system(("rm -rf " + dir).c_str()); }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    ::chmod((dir + "/" + name).c_str(), 0755);
+  }
+  std::vector<std::string> calls() const {
+    std::ifstream in(dir + "/calls");
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+  Args env() const {
+    Args e = kCleanEnv;
+    e.push_back("HVD_MPIRUN=" + dir + "/mpirun");
+    return e;
+  }
+  Args args(Args extra) const {
+    Args a = {"-H", "localhost:1,gone:1", "--mpi-args", "--mca plm_rsh_agent " + dir + "/agent"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    a.push_back("./train");
+    return a;
+  }
+};
+
+TEST(HvdrunBinary, RestartsOnTheHostsThatStillAnswer) {
+  FakeCluster c;
+  RunResult r = run_hvdrun(c.args({"--restarts", "1"}), c.env());
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("hvdrun: restart 1/1: dropped host gone (rank 1 lost, host does not "
+                          "answer); relaunching 1 rank on localhost:1\n"),
+            std::string::npos)
+      << r.output;
+  auto calls = c.calls();
+  ASSERT_EQ(calls.size(), 2u) << r.output;
+  EXPECT_NE(calls[0].find("-np 2 -H localhost:1,gone:1"), std::string::npos) << calls[0];
+  EXPECT_NE(calls[1].find("-np 1 -H localhost:1"), std::string::npos) << calls[1];
+  EXPECT_NE(calls[1].find("./train"), std::string::npos) << calls[1];
+}
+
+TEST(HvdrunBinary, NoRestartWithoutRestartsOrBelowMinNp) {
+  FakeCluster c;
+  RunResult r = run_hvdrun(c.args({}), c.env());
+  EXPECT_EQ(r.status, 70) << r.output;
+  EXPECT_EQ(c.calls().size(), 1u);
+  EXPECT_EQ(r.output.find("restart"), std::string::npos) << r.output;
+
+  FakeCluster d;
+  r = run_hvdrun(d.args({"--restarts", "1", "--min-np", "2"}), d.env());
+  EXPECT_EQ(r.status, 70) << r.output;
+  EXPECT_EQ(d.calls().size(), 1u);
+  EXPECT_NE(r.output.find("hvdrun: error: restart 1/1 not possible: dropped host gone (rank 1 "
+                          "lost, host does not answer) leaves localhost:1 (1 slots), fewer than "
+                          "--min-np 2 ranks"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace

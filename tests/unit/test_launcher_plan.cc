@@ -4,14 +4,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <fstream>
+#include <thread>
 #include <map>
 #include <string>
 
 #include "hvd/error.h"
 #include "tests/unit/test_util.h"
+#include "common/ranks.h"
 #include "launcher/exec.h"
+#include "launcher/job_loss.h"
 #include "launcher/launch_plan.h"
+#include "launcher/restart.h"
 
 namespace hvd::launcher {
 namespace {
@@ -399,3 +404,225 @@ TEST(Supervise, EndsAnAbortThatNeverFinishes) {
   EXPECT_LT(s, 10.0) << "the hung abort was not ended";
   EXPECT_GE(s, 1.0) << "ended before the grace period";
 }
+
+// ---- --restarts: reading the job's losses, the new world, the probes -------------------------
+namespace hvd::launcher {
+namespace {
+
+using Ranks = std::vector<int>;
+using Hosts = std::vector<cluster::HostSlots>;
+
+TEST(LostRanks, ParsesEveryFormOfTheLostRankSentence) {
+  // Exactly what the ranks print (common/ranks.h), in the lines they print it in.
+  EXPECT_EQ(parse_lost_ranks(lost_ranks_message({2}, "no answer for 5 s")), (Ranks{2}));
+  EXPECT_EQ(parse_lost_ranks(lost_ranks_message({2, 3}, "x")), (Ranks{2, 3}));
+  EXPECT_EQ(parse_lost_ranks(lost_ranks_message({0, 1, 2, 5}, "x")), (Ranks{0, 1, 2, 5}));
+  EXPECT_EQ(parse_lost_ranks("[hvd rank 0] ERROR allreduce of 'x' did not complete: " +
+                             lost_ranks_message({1}, "no answer")),
+            (Ranks{1}));
+  EXPECT_EQ(parse_lost_ranks("rank 0: error: ranks 4-6, 9 were lost: rank 0 had no answer"),
+            (Ranks{4, 5, 6, 9}));
+  // A list cut short names the ranks it shows.
+  Ranks many;
+  for (int r = 0; r < 40; r += 2) many.push_back(r);
+  auto cut = parse_lost_ranks(lost_ranks_message(many, "x"));
+  ASSERT_TRUE(cut);
+  EXPECT_EQ(cut->size(), 16u);
+  EXPECT_FALSE(parse_lost_ranks("rank 0: loss 0.25 at step 10"));
+  EXPECT_FALSE(parse_lost_ranks("[hvd rank 1] rank 2 was slow"));
+  EXPECT_FALSE(parse_lost_ranks(""));
+}
+
+TEST(LostRanks, ScannerReadsSentencesAndMpirunsNoticesAcrossPieces) {
+  JobLossScanner s;
+  s.feed("rank 0: step 5\n[hvd rank 0] ERROR ranks 2");  // a line split across two reads
+  s.feed(", 3 were lost: no answer. ...\n");
+  s.feed(
+      "mpirun noticed that process rank 5 with PID 0 on node node3 exited on signal 9 (Killed).\n");
+  s.feed("mpirun noticed that process rank 6 with PID 0 on node node4 exited on signal 11.\n");
+  s.feed("  Remote daemon: [[41942,0],2] on node node7\n");
+  s.feed("rank 1 was lost");  // no newline: a later feed completes it
+  EXPECT_EQ(s.loss().lost_ranks, (std::set<int>{2, 3}));
+  s.feed(": x\n");
+  EXPECT_EQ(s.loss().lost_ranks, (std::set<int>{1, 2, 3}));
+  EXPECT_EQ(s.loss().killed_ranks, (std::set<int>{5}));  // SIGSEGV is a bug, not a loss
+  EXPECT_EQ(s.loss().killed_on_hosts, (std::set<std::string>{"node3"}));
+  EXPECT_EQ(s.loss().lost_daemon_hosts, (std::set<std::string>{"node7"}));
+  EXPECT_TRUE(s.loss().any());
+  EXPECT_FALSE(JobLossScanner().loss().any());
+}
+
+TEST(Restart, OnlyLossesRestart) {
+  JobOutcome o;
+  o.exit_code = 70;
+  EXPECT_TRUE(is_job_loss(o));
+  o.exit_code = 0;
+  EXPECT_FALSE(is_job_loss(o));
+  o.exit_code = 75;  // saved on a signal: the batch system requeues
+  o.loss.lost_ranks = {1};
+  EXPECT_FALSE(is_job_loss(o));
+  o.exit_code = 1;  // a failure that names a lost rank, or mpirun's report of a killed rank
+  EXPECT_TRUE(is_job_loss(o));
+  o.loss = {};
+  EXPECT_FALSE(is_job_loss(o));  // a plain failure
+  o.abort_ended = true;          // hvdrun ended an abort hung on an unreachable node
+  EXPECT_TRUE(is_job_loss(o));
+  o.abort_ended = false;
+  o.exit_code = 137;
+  o.loss.killed_ranks = {2};
+  EXPECT_TRUE(is_job_loss(o));
+}
+
+TEST(Restart, RanksFillTheHostsInOrder) {
+  Hosts h{{"a", 2}, {"b", 1}, {"c", 3}};
+  EXPECT_EQ(host_of_rank(h, 0), "a");
+  EXPECT_EQ(host_of_rank(h, 1), "a");
+  EXPECT_EQ(host_of_rank(h, 2), "b");
+  EXPECT_EQ(host_of_rank(h, 5), "c");
+  EXPECT_FALSE(host_of_rank(h, 6));
+  EXPECT_FALSE(host_of_rank(h, -1));
+  EXPECT_TRUE(same_host("Node2", "node2.cluster.local"));
+  EXPECT_FALSE(same_host("node2", "node20"));
+}
+
+RestartRequest request(Hosts hosts, int np) {
+  RestartRequest r;
+  r.hosts = std::move(hosts);
+  r.num_proc = np;
+  return r;
+}
+
+TEST(Restart, DropsTheHostThatDoesNotAnswer) {
+  RestartRequest r = request({{"node1", 2}, {"node2", 2}}, 4);
+  r.loss.lost_ranks = {2, 3};
+  r.silent_hosts = {"node2"};
+  RestartDecision d = plan_restart(r);
+  ASSERT_TRUE(d.ok) << d.message;
+  EXPECT_EQ(d.hosts, (Hosts{{"node1", 2}}));
+  EXPECT_EQ(d.num_proc, 2);
+  EXPECT_EQ(d.dropped, (std::vector<std::string>{"node2"}));
+  EXPECT_EQ(d.message,
+            "restart 1/1: dropped host node2 (ranks 2, 3 lost, host does not answer); "
+            "relaunching 2 ranks on node1:2");
+}
+
+TEST(Restart, SilentHostsWinOverTheNamedRanks) {
+  // A cut link: both sides name the other's ranks; the probe tells which side is gone.
+  RestartRequest r = request({{"node1", 2}, {"node2", 2}, {"node3", 2}}, 6);
+  r.loss.lost_ranks = {0, 1, 4, 5};
+  r.silent_hosts = {"node3"};
+  r.attempt = 2;
+  r.restarts = 3;
+  RestartDecision d = plan_restart(r);
+  ASSERT_TRUE(d.ok) << d.message;
+  EXPECT_EQ(d.hosts, (Hosts{{"node1", 2}, {"node2", 2}}));
+  EXPECT_EQ(d.num_proc, 4);
+  EXPECT_EQ(d.message,
+            "restart 2/3: dropped host node3 (ranks 4, 5 lost, host does not answer); "
+            "relaunching 4 ranks on node1:2,node2:2");
+}
+
+TEST(Restart, EveryHostAnswersDropsTheHostsOfTheLostRanks) {
+  // Processes killed, hosts alive: mpirun named the rank and its node.
+  RestartRequest r = request({{"node1", 2}, {"node2", 2}}, 4);
+  r.loss.killed_ranks = {3};
+  r.loss.killed_on_hosts = {"node2"};
+  RestartDecision d = plan_restart(r);
+  ASSERT_TRUE(d.ok) << d.message;
+  EXPECT_EQ(d.hosts, (Hosts{{"node1", 2}}));
+  EXPECT_EQ(d.message,
+            "restart 1/1: dropped host node2 (rank 3 lost, host answers but its ranks died); "
+            "relaunching 2 ranks on node1:2");
+  // A node mpirun named in another spelling, with no rank: its daemon was lost.
+  r = request({{"a", 1}, {"b.example.org", 1}, {"c", 1}}, 3);
+  r.loss.lost_daemon_hosts = {"B"};
+  d = plan_restart(r);
+  ASSERT_TRUE(d.ok) << d.message;
+  EXPECT_EQ(d.hosts, (Hosts{{"a", 1}, {"c", 1}}));
+  EXPECT_NE(d.message.find("b.example.org (mpirun lost its daemon"), std::string::npos)
+      << d.message;
+  EXPECT_NE(d.message.find("relaunching 2 ranks on a:1,c:1"), std::string::npos) << d.message;
+}
+
+TEST(Restart, NpShrinksToTheSlotsLeftAndKeepsAnUnusedHost) {
+  // -np 3 on a:2,b:2,c:2: rank 2 on b; c was idle and takes over.
+  RestartRequest r = request({{"a", 2}, {"b", 2}, {"c", 2}}, 3);
+  r.loss.lost_ranks = {2};
+  RestartDecision d = plan_restart(r);
+  ASSERT_TRUE(d.ok) << d.message;
+  EXPECT_EQ(d.hosts, (Hosts{{"a", 2}, {"c", 2}}));
+  EXPECT_EQ(d.num_proc, 3);
+  EXPECT_NE(d.message.find("relaunching 3 ranks on a:2,c:2"), std::string::npos) << d.message;
+  r = request({{"a", 1}, {"b", 1}}, 2);
+  r.loss.lost_ranks = {1};
+  EXPECT_NE(plan_restart(r).message.find("relaunching 1 rank on a:1"), std::string::npos);
+}
+
+TEST(Restart, NeverBelowMinNp) {
+  RestartRequest r = request({{"node1", 2}, {"node2", 2}}, 4);
+  r.loss.lost_ranks = {2};
+  r.silent_hosts = {"node2"};
+  r.min_np = 3;
+  RestartDecision d = plan_restart(r);
+  EXPECT_FALSE(d.ok);
+  EXPECT_EQ(d.message,
+            "restart 1/1 not possible: dropped host node2 (rank 2 lost, host does not answer) "
+            "leaves node1:2 (2 slots), fewer than --min-np 3 ranks; stopping. Lower --min-np, "
+            "or add hosts and resume.");
+  // Every host lost.
+  r = request({{"localhost", 2}}, 2);
+  r.loss.lost_ranks = {1};
+  d = plan_restart(r);
+  EXPECT_FALSE(d.ok);
+  EXPECT_NE(d.message.find("leaves no host"), std::string::npos) << d.message;
+}
+
+TEST(Restart, NoHostToBlameIsNoRestart) {
+  RestartRequest r = request({{"node1", 2}, {"node2", 2}}, 4);  // exit 70, nothing named
+  RestartDecision d = plan_restart(r);
+  EXPECT_FALSE(d.ok);
+  EXPECT_NE(d.message.find("no host can be blamed (every host answers and no rank was named"),
+            std::string::npos)
+      << d.message;
+  r.loss.lost_ranks = {9};  // beyond -np: no host of the plan
+  EXPECT_FALSE(plan_restart(r).ok);
+}
+
+TEST(Restart, ProbeGoesThroughMpirunsAgent) {
+  LaunchOptions o = with_command();
+  const EnvLookup none = hvdtest::fake_env({});
+  EXPECT_EQ(probe_command(o, false, none, "node2", 10),
+            (Args{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "node2", "true"}));
+  o.mpi_args = "--mca plm_rsh_agent /tmp/hvd-sim-x/rsh-agent --mca pml ob1";
+  EXPECT_EQ(probe_command(o, false, none, "node2", 10),
+            (Args{"/tmp/hvd-sim-x/rsh-agent", "node2", "true"}));
+  o.mpi_args = "";
+  EXPECT_EQ(
+      probe_command(o, false, hvdtest::fake_env({{"OMPI_MCA_plm_rsh_agent", "ssh : rsh"}}), "n", 5),
+      (Args{"ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "n", "true"}));
+  EXPECT_EQ(
+      probe_command(o, false, hvdtest::fake_env({{"OMPI_MCA_plm_rsh_agent", "rsh -l u"}}), "n", 5),
+      (Args{"rsh", "-l", "u", "n", "true"}));
+  EXPECT_EQ(
+      probe_command(o, true, none, "n7", 5),
+      (Args{"srun", "--nodes=1", "--ntasks=1", "--nodelist=n7", "--overlap", "--quiet", "true"}));
+}
+
+TEST(Restart, SilentHostsAreThoseWhoseProbeFailsOrHangs) {
+  const auto start = std::chrono::steady_clock::now();
+  auto silent = silent_hosts(
+      {{"localhost", 1}, {"up", 1}, {"down", 1}, {"hung", 1}},
+      [](const std::string& host) -> Args {
+        if (host == "up") return {"true"};
+        if (host == "down") return {"false"};
+        if (host == "hung") return {"sh", "-c", "sleep 30"};
+        return {"false"};  // localhost is never probed
+      },
+      1);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(silent, (std::set<std::string>{"down", "hung"}));
+  EXPECT_LT(s, 5.0) << "the hung probe was not ended";
+}
+
+}  // namespace
+}  // namespace hvd::launcher
