@@ -4,13 +4,17 @@
 // becomes one decision that every rank takes after the same step, so that rank 0 can write a
 // checkpoint that the requeued job resumes from (docs/fault-tolerance.md).
 //
-//   hvd::StopOnSignal stop;                  // after hvd::init(): SIGTERM and SIGUSR1
-//   for (int64_t step = start; step < steps; ++step) {
-//     train_one_step();                      // waits for its gradients' all-reduces
-//     if (stop.should_stop()) {              // true on every rank after the same step
+//   hvd::StopOnSignal stop;                   // after hvd::init(): SIGTERM and SIGUSR1
+//   hvd::Checkpointer ckpt("/scratch/run42");
+//   std::vector<hvd::NamedTensor> state{{"w", hvd::TensorRef(w.data(), hvd::DataType::kFloat32,
+//                                                            {static_cast<int64_t>(w.size())})}};
+//   int status = 0;                           // what main() returns after hvd::shutdown()
+//   for (int64_t step = ckpt.restore_latest(state).value_or(-1) + 1; step < steps; ++step) {
+//     train_one_step();                       // waits for its gradients' all-reduces
+//     if (stop.should_stop()) {               // true on every rank after the same step
 //       ckpt.save(step, state);
-//       hvd::shutdown();
-//       return hvd::kExitRequeue;            // 75: "saved, please requeue"
+//       status = hvd::kExitRequeue;           // 75: "saved, please requeue"
+//       break;
 //     }
 //   }
 //
