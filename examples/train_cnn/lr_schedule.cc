@@ -16,10 +16,10 @@ std::string num(double v) {
 
 }  // namespace
 
-LrSchedule::LrSchedule(const LrScheduleOptions& options, int replicas, int64_t steps_per_epoch,
+LrSchedule::LrSchedule(const LrScheduleOptions& options, double replicas, int64_t steps_per_epoch,
                        int64_t total_steps)
     : options_(options),
-      replicas_(std::max(1, replicas)),
+      replicas_(std::max(1.0, replicas)),
       steps_per_epoch_(std::max<int64_t>(1, steps_per_epoch)) {
   linear_ = options_.scaling ? options_.lr * replicas_ : options_.lr;
   peak_ = linear_;
@@ -60,7 +60,7 @@ std::string LrSchedule::describe() const {
   std::ostringstream os;
   os << "lr " << num(options_.lr);
   if (options_.scaling) {
-    os << " x " << replicas_ << (replicas_ == 1 ? " replica" : " replicas") << " = "
+    os << " x " << num(replicas_) << (replicas_ == 1 ? " replica" : " replicas") << " = "
        << num(linear_);
     if (capped())
       os << ", capped at " << num(peak_) << " (--max-lr; as if --lr " << num(start_) << ")";

@@ -42,8 +42,10 @@ class LrSchedule {
   static constexpr double kAutoWarmupEpochs = 1.0;
   static constexpr int64_t kAutoWarmupMinSteps = 50;
 
-  // replicas >= 1; steps_per_epoch and total_steps (of the whole run, all epochs) >= 1.
-  LrSchedule(const LrScheduleOptions& options, int replicas, int64_t steps_per_epoch,
+  // replicas >= 1: the rate's multiplier, the number of replicas or (--global-batch-size) the
+  // global batch over --batch-size, not always whole; steps_per_epoch and total_steps (of the whole
+  // run, all epochs) >= 1.
+  LrSchedule(const LrScheduleOptions& options, double replicas, int64_t steps_per_epoch,
              int64_t total_steps);
 
   double linear() const { return linear_; }  // lr x replicas (or lr): before the cap
@@ -65,7 +67,7 @@ class LrSchedule {
   std::string epochs(int64_t steps) const;  // "1 epoch", "1.72 epochs"
 
   LrScheduleOptions options_;
-  int replicas_;
+  double replicas_;
   int64_t steps_per_epoch_;
   double linear_;
   double peak_;

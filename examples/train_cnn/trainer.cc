@@ -81,14 +81,22 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   if (!flags_.stop_signals.empty())
     stop_ = std::make_unique<hvd::StopOnSignal>(flags_.stop_signals);
   lr_scale_ = size_;
-  if (flags_.global_batch_size > 0) {  // the same decision on every rank: same flags and size
-    if (flags_.global_batch_size % size_ != 0)
-      throw AllRanksError("--global-batch-size " + std::to_string(flags_.global_batch_size) +
-                          " does not divide among " + std::to_string(size_) +
-                          " ranks: choose a multiple of the rank count (or run on a divisor of " +
-                          "it).");
-    lr_scale_ = static_cast<int>(flags_.global_batch_size / flags_.batch_size);
-    flags_.batch_size = static_cast<int>(flags_.global_batch_size / size_);
+  std::string uneven;  // the note of a --global-batch-size that does not divide among the ranks
+  if (const int64_t g = flags_.global_batch_size; g > 0) {  // the same on every rank
+    if (g < size_)
+      throw AllRanksError("--global-batch-size " + std::to_string(g) + " is smaller than the " +
+                          std::to_string(size_) + " ranks: give each rank at least one image.");
+    // Kept where it divides; otherwise each rank takes the whole part and the rate follows the
+    // smaller global batch (linear scaling), said once.
+    const int64_t per_rank = g / size_, global = per_rank * size_;
+    const double lr_batch = flags_.batch_size;  // the batch --lr is given for
+    lr_scale_ = static_cast<double>(global) / lr_batch;
+    flags_.batch_size = static_cast<int>(per_rank);
+    if (global != g)
+      uneven = "train_cnn: --global-batch-size " + std::to_string(g) + " does not divide among " +
+               std::to_string(size_) + " ranks: " + std::to_string(per_rank) +
+               " images per rank, " + std::to_string(global) + " per step; the rate is --lr x " +
+               format("%g", lr_scale_) + " instead of x " + format("%g", g / lr_batch) + ".";
   }
   const bool terminal = flags_.progress == "auto" ? stdout_is_terminal() : flags_.progress == "bar";
   progress_ = std::make_unique<Progress>(rank_ == 0, terminal, flags_.log_every, flags_.log_steps);
@@ -173,6 +181,7 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   if (flags_.data_delay_ms > 0) os << ", +" << flags_.data_delay_ms << " ms per batch";
   if (flags_.recompute.any()) os << "; recompute " << model::describe(flags_.recompute);
   progress_->line(os.str());
+  if (!uneven.empty()) progress_->line(uneven);
 }
 
 Trainer::~Trainer() = default;
@@ -271,7 +280,22 @@ void Trainer::resume() {
                         dir + "' was trained with --seed " + std::to_string(seed) +
                         ", this run has --seed " + std::to_string(flags_.seed) + ": pass --seed " +
                         std::to_string(seed) + ".");
-  if (global_batch != want_batch)
+  // --global-batch-size that does not divide among this run's ranks (or the last run's): the
+  // same requested batch, another actual one. Continue at the same place in the epoch's order.
+  const auto requested = m.find("requested_global_batch");
+  const bool same_request = flags_.global_batch_size > 0 && requested != m.end() &&
+                            requested->second == std::to_string(flags_.global_batch_size);
+  int64_t step_in_epoch = meta_int(m, "step_in_epoch", dir);
+  if (global_batch != want_batch && same_request) {
+    const int64_t images = step_in_epoch * global_batch;
+    step_in_epoch = images / want_batch;  // at most one batch of images seen again
+    progress_->line("train_cnn: the checkpoint's global batch is " + std::to_string(global_batch) +
+                    ", this run's " + std::to_string(want_batch) + " (--global-batch-size " +
+                    std::to_string(flags_.global_batch_size) + " on " + std::to_string(size_) +
+                    " ranks): continuing at image " + std::to_string(step_in_epoch * want_batch) +
+                    " of the epoch (step " + std::to_string(step_in_epoch) + "), with the rate " +
+                    "of the new global batch; the run is no longer bitwise the uninterrupted one.");
+  } else if (global_batch != want_batch)
     throw AllRanksError(
         "--resume: the checkpoint of step " + std::to_string(*step) + " in '" + dir +
         "' was trained with a global batch of " + std::to_string(global_batch) + ", this run has " +
@@ -287,7 +311,7 @@ void Trainer::resume() {
   global_step_ = *step;
   precision_->restore(m);
   start_epoch_ = static_cast<int>(meta_int(m, "epoch", dir));
-  start_step_in_epoch_ = meta_int(m, "step_in_epoch", dir);
+  start_step_in_epoch_ = step_in_epoch;
   last_saved_step_ = global_step_;
   progress_->line("train_cnn: resumed from " + checkpointer_->path_for(*step) + " (step " +
                   std::to_string(*step) + ", epoch " + std::to_string(start_epoch_ + 1) +
@@ -365,6 +389,9 @@ void Trainer::save_checkpoint(int next_epoch, int64_t step_in_epoch) {
       {"step_in_epoch", std::to_string(step_in_epoch)},
       {"seed", std::to_string(flags_.seed)},
       {"global_batch", std::to_string(strategy_->global_batch(flags_.batch_size))},
+      {"requested_global_batch",
+       std::to_string(flags_.global_batch_size > 0 ? flags_.global_batch_size
+                                                   : strategy_->global_batch(flags_.batch_size))},
       {"train_images", std::to_string(train_.count)},
       {"replicas", std::to_string(size_)},
       {"data", flags_.synthetic ? "synthetic" : flags_.data_dir},

@@ -16,6 +16,8 @@
 #                               mpirun: exit 75 after one agreed step with its checkpoint, and the
 #                               same command then resumes and ends with bitwise the weights of the
 #                               uninterrupted run; --no-resume starts afresh.
+#   MODE elastic                --global-batch-size: stopped on 4 ranks, resumed on 2 (step 11 as
+#                               the undisturbed run's); 32 on 3 ranks continues with a note.
 #   MODE errors                 bad flags, a missing data folder, impossible settings on 2 ranks:
 #                               a non-zero exit within seconds and a clear line from every rank.
 #   MODE synthetic              TRAIN_CNN_NP ranks, --synthetic with the default flags, 3 epochs
@@ -257,6 +259,46 @@ case "$mode" in
     grep -q "resumed from" e.log && fail "--no-resume resumed"
     grep -q "done: .* 1 steps (1 in this run)" e.log || { cat e.log; fail "--no-resume did not train 1 step from scratch"; }
     echo "PASS: a signal (one rank, every rank, mpirun) stops all $np ranks after one step, saved; the rerun resumes bitwise"
+    ;;
+
+  elastic)
+    # --global-batch-size: a run stopped on 4 ranks resumes on 2 (hvdrun --restarts after a lost
+    # node) with the same global batch, data order and rate; one that does not divide among the
+    # ranks continues with a note and the rate of the smaller global batch.
+    data=(--synthetic --synthetic-size 1024 --epochs 1 --seed 5 --lr 0.01 --test-limit 0
+      --metrics-csv none --log-steps)
+    common=("${data[@]}" --batch-size 16)
+    echo "== (a) 4 ranks, --global-batch-size 48, undisturbed; then stopped at step 10 and resumed on 2"
+    mpi 4 "${common[@]}" --global-batch-size 48 >a.log 2>&1 || { cat a.log; fail "the 4-rank run failed"; }
+    mpi 4 "${common[@]}" --global-batch-size 48 --checkpoint-dir ck_a --max-steps 10 >a1.log 2>&1 ||
+      { cat a1.log; fail "the 4-rank run stopped at step 10 failed"; }
+    mpi 2 "${common[@]}" --global-batch-size 48 --checkpoint-dir ck_a >a2.log 2>&1 ||
+      { cat a2.log; fail "resuming on 2 ranks failed"; }
+    cat a2.log
+    grep -q "resumed from .*(step 10, epoch 1 at step 10)" a2.log || fail "2 ranks did not resume at step 10"
+    grep -q "batch 24 per replica, 48 global; lr 0.01 x 3 replicas" a2.log || fail "2 ranks should take 24 each, 48 global, lr x 3"
+    want=$(grep '^step 11 ' a.log) got=$(grep '^step 11 ' a2.log)
+    echo "undisturbed: $want"
+    echo "resumed:     $got"
+    # The same images, weights and rate: the same loss up to the summation order (2 ranks, not 4).
+    awk -v a="$(cut -d' ' -f4 <<<"$want")" -v b="$(cut -d' ' -f4 <<<"$got")" -v ra="$(cut -d' ' -f8 <<<"$want")" \
+      -v rb="$(cut -d' ' -f8 <<<"$got")" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-4 * a && ra == rb) }' ||
+      fail "step 11 after resuming on 2 ranks differs from the undisturbed 4-rank run"
+    echo "== (b) 2 ranks, --global-batch-size 32, stopped at step 10; resumed on 3 (32 does not divide)"
+    mpi 2 "${common[@]}" --global-batch-size 32 --checkpoint-dir ck_b --max-steps 10 >b1.log 2>&1 ||
+      { cat b1.log; fail "the 2-rank run failed"; }
+    mpi 3 "${common[@]}" --global-batch-size 32 --checkpoint-dir ck_b >b2.log 2>&1 ||
+      { cat b2.log; fail "resuming on 3 ranks failed"; }
+    cat b2.log
+    grep -q "does not divide among 3 ranks: 10 images per rank, 30 per step; the rate is --lr x 1.875 instead of x 2" b2.log ||
+      fail "no note on the uneven global batch"
+    grep -q "continuing at image 300 of the epoch (step 10)" b2.log || fail "no note on the converted position"
+    grep -q "resumed from .*(step 10, epoch 1 at step 10)" b2.log || fail "3 ranks did not resume"
+    grep -q "train_cnn: done: 1 epoch" b2.log || fail "the run on 3 ranks did not finish the epoch"
+    echo "== (c) without --global-batch-size another global batch is still refused"
+    if mpi 3 "${data[@]}" --batch-size 8 --checkpoint-dir ck_b >c.log 2>&1; then cat c.log; fail "accepted"; fi
+    grep -q "pass --global-batch-size" c.log || { cat c.log; fail "the refusal does not name --global-batch-size"; }
+    echo "PASS: the global batch survives a change of rank count; an uneven one continues with a note"
     ;;
 
   errors)
