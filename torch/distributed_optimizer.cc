@@ -1,6 +1,8 @@
 // hvd::torch::DistributedOptimizer: each gradient's all-reduce starts from an autograd hook as soon
 // as the gradient is produced; step() waits for them (docs/libtorch.md).
 #include <ATen/ATen.h>
+#include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -11,11 +13,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <atomic>
 #include <functional>
+#include <iostream>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -34,17 +41,56 @@ double now_seconds() {
 }  // namespace
 
 // ---- DistributedOptimizer -----------------------------------------------------------------------
+//
+// Why every rank submits the same all-reduces under the same names: each decision below (start an
+// all-reduce from a hook, drop one, start one in step()) depends only on the sequence of backward
+// passes that reach a parameter, the zero_grad() calls and step() calls, and on which tensor
+// .grad is and its version counter, which those same calls determine: the same on every rank that
+// runs the same program (for parameters that a rank's forward pass skips, step() supplies the one
+// all-reduce, as before). A dropped all-reduce still completes everywhere; it is waited for before
+// its name is used again (a name may be in flight once).
+
+namespace {
+
+// The all-reduce names of the live DistributedOptimizers. The runtime matches operations across
+// ranks by name alone, so names are process-wide: two optimizers sharing one would start it twice
+// when one backward pass reaches both models.
+std::mutex& live_names_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::unordered_set<std::string>& live_names() {
+  static std::unordered_set<std::string> names;
+  return names;
+}
+
+}  // namespace
 
 struct DistributedOptimizer::Slot {
-  std::string name;  // of the all-reduce: "grad." + the parameter's name
+  std::string name;  // of the all-reduce: "grad." + prefix + the parameter's name
   at::Tensor param;
   bool hooked = false;
   unsigned hook = 0;
-  int passes = 0;     // gradients produced since the last step
+  int passes = 0;             // gradients accumulated into .grad since the accumulation began
+  int64_t dropped_count = 0;  // all-reduces dropped since the last synchronize()
+  // .grad as the end of the last backward pass that reached this parameter left it (a weak
+  // reference, so that the address is not reused, and the version counter). Another tensor or
+  // version when the next pass (or step()) comes means that .grad was zeroed, set to none,
+  // replaced or edited in between: a new accumulation.
+  std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> seen;
+  int64_t seen_version = -1;
   Handle handle;      // the all-reduce in flight
+  Handle dropped;     // one started earlier and dropped, perhaps still in flight under `name`
   at::Tensor buffer;  // what it reduces (param.grad() itself when in place)
   bool in_place = false;
   double hook_seconds = 0;
+
+  // true when .grad is what the end of the last backward pass that reached it left.
+  bool grad_unchanged() const {
+    const at::Tensor& g = param.grad();
+    return seen && g.defined() && seen->_unsafe_get_target() == g.unsafeGetTensorImpl() &&
+           g._version() == seen_version;
+  }
 };
 
 DistributedOptimizer::DistributedOptimizer(optim::Optimizer& optimizer,
@@ -81,6 +127,7 @@ void DistributedOptimizer::init(const NamedTensors* named) {
   if (named)
     for (const auto& item : *named) names.emplace(item.value().unsafeGetTensorImpl(), item.key());
   std::vector<std::string> unnamed;
+  const std::string prefix = "grad." + options_.name_prefix;
   const auto& groups = optimizer_.param_groups();
   for (std::size_t g = 0; g < groups.size(); ++g) {
     for (std::size_t j = 0; j < groups[g].params().size(); ++j) {
@@ -94,9 +141,9 @@ void DistributedOptimizer::init(const NamedTensors* named) {
                             internal::describe(p));
           continue;
         }
-        slot->name = "grad." + it->second;
+        slot->name = prefix + it->second;
       } else {
-        slot->name = "grad.param." + std::to_string(g) + "." + std::to_string(j);
+        slot->name = prefix + "param." + std::to_string(g) + "." + std::to_string(j);
       }
       slots_.push_back(std::move(slot));
     }
@@ -109,6 +156,25 @@ void DistributedOptimizer::init(const NamedTensors* named) {
         what + std::to_string(unnamed.size()) +
         " of the optimizer's parameters are not in named_parameters (" + list +
         "): pass the named_parameters() of the module whose parameters the optimizer updates.");
+  }
+  {
+    std::lock_guard<std::mutex> lock(live_names_mutex());
+    std::vector<std::string> clashes;
+    for (const auto& s : slots_)
+      if (live_names().count(s->name)) clashes.push_back("'" + s->name.substr(5) + "'");
+    if (!clashes.empty()) {
+      std::string list;
+      for (std::size_t i = 0; i < clashes.size() && i < 3; ++i)
+        list += (i ? ", " : "") + clashes[i];
+      if (clashes.size() > 3) list += ", ...";
+      throw InvalidArgumentError(
+          what + std::to_string(clashes.size()) + " parameter names (" + list +
+          ") are those of another live DistributedOptimizer (two models naming their parameters "
+          "alike): their gradients' all-reduces would clash when one backward pass reaches both "
+          "models. Set DistributedOptimizerOptions::name_prefix on one of them (e.g. "
+          "{.name_prefix = \"D.\"}, the same on every rank).");
+    }
+    for (const auto& s : slots_) live_names().insert(s->name);
   }
   for (const auto& g : param_groups_) synced_lr_.push_back(g.options().get_lr());
   for (std::size_t i = 0; i < slots_.size(); ++i) {
@@ -127,27 +193,53 @@ DistributedOptimizer::~DistributedOptimizer() {
         s->param.remove_hook(s->hook);
       } catch (...) {}
     }
-    if (s->handle.valid()) {
-      try {
-        s->handle.wait();  // its buffer must outlive the operation
-      } catch (...) {}
+    for (Handle* h : {&s->handle, &s->dropped}) {
+      if (h->valid()) {
+        try {
+          h->wait();  // its buffer must outlive the operation
+        } catch (...) {}
+      }
     }
   }
+  std::lock_guard<std::mutex> lock(live_names_mutex());
+  for (const auto& s : slots_) live_names().erase(s->name);
 }
 
 void DistributedOptimizer::on_gradient(std::size_t i, const at::Tensor& grad) {
   Slot& s = *slots_[i];
   const double t0 = now_seconds();
   const int k = options_.backward_passes_per_step;
-  if (++s.passes > k)
-    throw InvalidArgumentError(
-        "hvd::torch::DistributedOptimizer: the gradient of '" + s.name.substr(5) +
-        "' was computed " + std::to_string(s.passes) +
-        " times since the last step(), but backward_passes_per_step is " + std::to_string(k) +
-        ": call step() after every backward pass, or set "
-        "DistributedOptimizerOptions::backward_passes_per_step to the number of backward "
-        "passes per step.");
-  if (!options_.overlap || s.passes < k) return;
+  if (s.passes > 0 && !s.grad_unchanged()) {
+    // zero_grad() (the module's, the wrapped optimizer's) or another change of .grad since the
+    // last pass: a new accumulation; an all-reduce started for the old one is of no use.
+    drop(s);
+    s.passes = 0;
+  }
+  ++s.passes;
+  // The end of this backward pass records what autograd left in .grad (after this hook, autograd
+  // adds `grad` into it). Final callbacks run once every node of the pass has run.
+  ::torch::autograd::Engine::get_default_engine().queue_callback([this, i] { on_backward_end(i); });
+  if (!options_.overlap) return;
+  if (s.passes == k + 1) {
+    // More passes than backward_passes_per_step: the all-reduce the k-th pass started misses
+    // this one; step() all-reduces the sum in .grad instead.
+    drop(s);
+    if (!noted_extra_passes_.exchange(true)) {
+      // One line on stderr, from rank 0 (every rank counts alike; hvd::torch may use only hvd's
+      // public API, which has no logger).
+      if (hvd::rank() == 0)
+        std::cerr << "[hvd rank " + std::to_string(hvd::rank()) +
+                         "] note: hvd::torch::DistributedOptimizer: the gradient of '" +
+                         s.name.substr(5) + "' was computed " + std::to_string(s.passes) +
+                         " times before step() (or zero_grad()), but backward_passes_per_step is " +
+                         std::to_string(k) +
+                         ": step() all-reduces such gradients after backward() (correct, without "
+                         "overlap). Set DistributedOptimizerOptions::backward_passes_per_step to "
+                         "the number of backward passes per step to overlap them again (noted "
+                         "once per optimizer).\n";
+    }
+  }
+  if (s.passes != k) return;
   // The gradient .grad will hold once autograd has accumulated `grad` into it. `grad` itself may
   // become .grad or be read by autograd after this hook: reduce a copy.
   at::NoGradGuard no_grad;
@@ -157,8 +249,34 @@ void DistributedOptimizer::on_gradient(std::size_t i, const at::Tensor& grad) {
   s.hook_seconds += now_seconds() - t0;
 }
 
+void DistributedOptimizer::on_backward_end(std::size_t i) {
+  Slot& s = *slots_[i];
+  const at::Tensor& g = s.param.grad();
+  s.seen.reset();
+  s.seen_version = -1;
+  if (!g.defined()) return;
+  s.seen.emplace(g.getIntrusivePtr());
+  s.seen_version = g._version();
+}
+
+// Sets an all-reduce started by a hook aside: it completes on every rank (each started it), and is
+// waited for before the next one under its name starts. Hooks never reduce .grad in place.
+void DistributedOptimizer::drop(Slot& s) {
+  if (!s.handle.valid()) return;
+  ++s.dropped_count;  // per slot: hooks of a model on several devices run on several threads
+  s.dropped = std::move(s.handle);
+  s.handle = Handle();
+  s.buffer = at::Tensor();
+  s.in_place = false;
+}
+
 // Starts the all-reduce of `total`, a tensor this object may reduce in place (a copy, or .grad).
 void DistributedOptimizer::start(Slot& s, const at::Tensor& total) {
+  if (s.dropped.valid()) {
+    Handle dropped = std::move(s.dropped);
+    s.dropped = Handle();
+    dropped.wait();  // the name may be in flight once
+  }
   const bool floating = total.scalar_type() == at::kFloat || total.scalar_type() == at::kDouble;
   if (options_.compression == Compression::kFP16 && floating) {
     s.buffer = total.to(at::kHalf).contiguous();
@@ -179,7 +297,11 @@ void DistributedOptimizer::synchronize() {
   at::NoGradGuard no_grad;
   for (auto& sp : slots_) {
     Slot& s = *sp;
-    if (!s.param.requires_grad() || s.handle.valid()) continue;
+    if (!s.param.requires_grad()) continue;
+    // A hook's all-reduce holds .grad as the end of its backward pass left it; if .grad changed
+    // since (zero_grad(), an edit), reduce .grad as it is now.
+    if (s.handle.valid() && !s.grad_unchanged()) drop(s);
+    if (s.handle.valid()) continue;
     try {
       at::Tensor& grad = s.param.mutable_grad();
       if (!grad.defined()) grad = at::zeros_like(s.param, at::MemoryFormat::Contiguous);
@@ -189,11 +311,13 @@ void DistributedOptimizer::synchronize() {
     }
   }
   for (auto& sp : slots_) {
-    if (!sp->handle.valid()) continue;
-    try {
-      sp->handle.wait();
-    } catch (...) {
-      if (!first) first = std::current_exception();
+    for (Handle* h : {&sp->handle, &sp->dropped}) {
+      if (!h->valid()) continue;
+      try {
+        h->wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
     }
   }
   for (auto& sp : slots_) {
@@ -205,8 +329,11 @@ void DistributedOptimizer::synchronize() {
     }
     stats_.hook_seconds += s.hook_seconds;
     s.hook_seconds = 0;
+    stats_.dropped_allreduces += s.dropped_count;
+    s.dropped_count = 0;
     s.passes = 0;
     s.handle = Handle();
+    s.dropped = Handle();
     s.buffer = at::Tensor();
     s.in_place = false;
   }
@@ -245,7 +372,10 @@ at::Tensor DistributedOptimizer::step(LossClosure closure) {
         "hvd::torch::DistributedOptimizer::step() takes no closure: compute the loss and call "
         "backward() before "
         "step() (closure-based optimizers such as LBFGS are not supported).");
-  if (!synchronized_) synchronize();
+  // A backward pass after synchronize() (passes counted again) needs another one.
+  bool pending = !synchronized_;
+  for (const auto& sp : slots_) pending = pending || sp->passes > 0;
+  if (pending) synchronize();
   synchronized_ = false;
   sync_options();
   at::Tensor result = optimizer_.step();
@@ -257,12 +387,11 @@ at::Tensor DistributedOptimizer::step(LossClosure closure) {
 }
 
 void DistributedOptimizer::zero_grad() {
-  for (const auto& s : slots_)
-    if (s->handle.valid())
-      throw InvalidArgumentError(
-          "hvd::torch::DistributedOptimizer::zero_grad(): the all-reduce of '" + s->name.substr(5) +
-          "' is in flight (backward() ran since the last step()): call step() or "
-          "synchronize() before zero_grad().");
+  for (auto& s : slots_) {
+    drop(*s);
+    s->passes = 0;
+  }
+  synchronized_ = false;
   optim::Optimizer::zero_grad();
 }
 

@@ -32,6 +32,7 @@
 // Inside namespace hvd::torch, `torch::` would name this namespace: this header spells LibTorch's
 // namespace `::torch::`.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -179,12 +180,17 @@ struct DistributedOptimizerOptions {
   ReduceOp op = ReduceOp::kAverage;  // kAverage (mean over ranks) or kSum
   Compression compression = Compression::kNone;
   // Backward passes per step(): gradients add up locally (as torch does) and are all-reduced on
-  // the last pass. To average over the passes too, divide the loss by this number.
+  // the last pass. To average over the passes too, divide the loss by this number. More passes
+  // before step() still train correctly (step() all-reduces the sum, after backward(); a note says
+  // so once); a zero_grad() of any kind starts the count again.
   int backward_passes_per_step = 1;
   // true: each gradient's all-reduce starts from an autograd hook as soon as backward() has
   // produced it, overlapping the rest of the backward pass. false: step() starts them all after
   // backward() (the baseline that CommunicationStats compares against).
   bool overlap = true;
+  // Put before every parameter name in the all-reduces' names ("grad.<prefix><name>"): two live
+  // DistributedOptimizers whose names coincide (two models' "0.weight") need it on one of them.
+  std::string name_prefix = "";
 };
 
 // Where step time goes (seconds, summed over steps since construction or reset_stats()).
@@ -195,6 +201,10 @@ struct CommunicationStats {
       0;  // in step()/synchronize(), starting the remaining all-reduces and waiting
   double hook_seconds =
       0;  // in the autograd hooks (copying each gradient and starting its all-reduce)
+  // All-reduces a hook started and a later zero_grad() or backward pass made useless (another
+  // model's loss back-propagated through this one, more passes than backward_passes_per_step):
+  // wasted communication.
+  int64_t dropped_allreduces = 0;
   // The share of step time spent waiting for communication.
   double wait_share() const { return step_seconds > 0 ? wait_seconds / step_seconds : 0.0; }
 };
@@ -214,6 +224,13 @@ struct CommunicationStats {
 // Gradient clipping and other edits between backward() and step(): call synchronize() first, edit,
 // then step() (it does not all-reduce again). step() takes no closure (LBFGS-style optimizers are
 // not supported). Not copyable or movable (the hooks point at it); destroying it removes them.
+//
+// Several models (docs/libtorch.md, "Several models and optimizers"): step() all-reduces what
+// .grad holds, whatever produced it. A zero_grad() of any kind (this one, the wrapped optimizer's,
+// the module's, with or without set_to_none) starts a new accumulation: an all-reduce a hook
+// started before it (another model's loss back-propagated through this one) is dropped, at the
+// cost of its communication. Parameter names must not coincide with those of another live
+// DistributedOptimizer (an InvalidArgumentError at construction): see name_prefix.
 class DistributedOptimizer : public ::torch::optim::Optimizer {
  public:
   DistributedOptimizer(::torch::optim::Optimizer& optimizer, const NamedTensors& named_parameters,
@@ -230,8 +247,9 @@ class DistributedOptimizer : public ::torch::optim::Optimizer {
   // Waits for every gradient's all-reduce (starting those not started) and writes the results to
   // .grad; the next step() then only steps the wrapped optimizer.
   void synchronize();
-  // Zeros the gradients; an error while all-reduces are in flight (call step() or synchronize()).
-  // (Through a torch::optim::Optimizer& the base class's zero_grad() runs, on the same tensors.)
+  // Zeros the gradients and starts a new accumulation (all-reduces in flight are dropped). Through
+  // a torch::optim::Optimizer& the base class's zero_grad() runs, on the same tensors, which the
+  // next backward pass notices.
   void zero_grad();
 
   ::torch::optim::Optimizer& optimizer() { return optimizer_; }
@@ -246,7 +264,9 @@ class DistributedOptimizer : public ::torch::optim::Optimizer {
   struct Slot;
   void init(const NamedTensors* named_parameters);
   void on_gradient(std::size_t slot, const at::Tensor& grad);
+  void on_backward_end(std::size_t slot);
   void start(Slot& slot, const at::Tensor& total);
+  void drop(Slot& slot);
   void sync_options();
 
   ::torch::optim::Optimizer& optimizer_;
@@ -256,6 +276,7 @@ class DistributedOptimizer : public ::torch::optim::Optimizer {
   CommunicationStats stats_;
   double last_step_end_ = 0;
   bool synchronized_ = false;
+  std::atomic<bool> noted_extra_passes_{false};  // set from the hooks
 };
 
 // Rank-0 checkpoints of a model (parameters and buffers) and optimizer (state and options) in
