@@ -45,7 +45,8 @@ bool same_host(const std::string& a, const std::string& b) {
 }
 
 bool is_job_loss(const JobOutcome& outcome) {
-  if (outcome.exit_code == 0 || outcome.exit_code == kExitRequeue) return false;
+  if (outcome.exit_code == 0 || outcome.exit_code == hvd::kExitRequeue)
+    return false;  // the batch system requeues
   return outcome.exit_code == kExitPeerLoss || outcome.abort_ended || outcome.loss.any();
 }
 

@@ -29,6 +29,7 @@
 
 #include "cluster/hostfile.h"
 #include "common/config.h"
+#include "hvd/stop.h"
 #include "launcher/exec.h"
 #include "launcher/job_loss.h"
 #include "launcher/launch_plan.h"
@@ -37,9 +38,6 @@ namespace hvd::launcher {
 
 // hvd's peer-loss exit status (comm/watchdog.h kPeerLossExitCode): the survivors of a lost rank.
 inline constexpr int kExitPeerLoss = 70;
-// hvd::kExitRequeue: the job saved a checkpoint on a signal; never restarted here (the batch
-// system requeues it).
-inline constexpr int kExitRequeue = 75;
 // How long a host has to answer the probe.
 inline constexpr int kProbeTimeoutSeconds = 10;
 

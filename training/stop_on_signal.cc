@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ranks.h"
 #include "hvd/collectives.h"
 #include "hvd/error.h"
 #include "hvd/hvd.h"
@@ -29,13 +30,6 @@ std::string trim(const std::string& s) {
   while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
   while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
   return s.substr(b, e - b);
-}
-
-// "rank 1" / "ranks 0, 2".
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out;
 }
 
 // Named only to be refused: they cannot be caught.

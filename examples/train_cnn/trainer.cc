@@ -80,7 +80,8 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   // Installed first: a signal during the setup (data loading) is not lost.
   if (!flags_.stop_signals.empty())
     stop_ = std::make_unique<hvd::StopOnSignal>(flags_.stop_signals);
-  lr_scale_ = size_;
+  // The rate's multiplier: replicas, or the global batch over --batch-size (--global-batch-size).
+  double lr_scale = size_;
   std::string uneven;  // the note of a --global-batch-size that does not divide among the ranks
   if (const int64_t g = flags_.global_batch_size; g > 0) {  // the same on every rank
     if (g < size_)
@@ -90,13 +91,13 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
     // smaller global batch (linear scaling), said once.
     const int64_t per_rank = g / size_, global = per_rank * size_;
     const double lr_batch = flags_.batch_size;  // the batch --lr is given for
-    lr_scale_ = static_cast<double>(global) / lr_batch;
+    lr_scale = static_cast<double>(global) / lr_batch;
     flags_.batch_size = static_cast<int>(per_rank);
     if (global != g)
       uneven = "train_cnn: --global-batch-size " + std::to_string(g) + " does not divide among " +
                std::to_string(size_) + " ranks: " + std::to_string(per_rank) +
                " images per rank, " + std::to_string(global) + " per step; the rate is --lr x " +
-               format("%g", lr_scale_) + " instead of x " + format("%g", g / lr_batch) + ".";
+               format("%g", lr_scale) + " instead of x " + format("%g", g / lr_batch) + ".";
   }
   const bool terminal = flags_.progress == "auto" ? stdout_is_terminal() : flags_.progress == "bar";
   progress_ = std::make_unique<Progress>(rank_ == 0, terminal, flags_.log_every, flags_.log_steps);
@@ -149,7 +150,7 @@ Trainer::Trainer(const Flags& flags) : flags_(flags) {
   lo.max_lr = flags_.max_lr;
   lo.warmup_steps = flags_.warmup_steps;
   lo.decay = flags_.lr_decay;
-  schedule_.emplace(lo, lr_scale_, steps_per_epoch, steps_per_epoch * flags_.epochs);
+  schedule_.emplace(lo, lr_scale, steps_per_epoch, steps_per_epoch * flags_.epochs);
 
   // Same seed everywhere, and rank 0's state broadcast anyway: every replica starts identical.
   net_->initialize(static_cast<uint64_t>(flags_.seed));

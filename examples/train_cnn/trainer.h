@@ -99,8 +99,6 @@ class Trainer {
   std::string describe_data() const;
 
   Flags flags_;  // batch_size: this replica's batch (--global-batch-size / ranks when given)
-  // The rate's multiplier: replicas, or the global batch over --batch-size (--global-batch-size).
-  double lr_scale_ = 1;
   std::unique_ptr<hvd::StopOnSignal> stop_;  // --stop-signals (none: null)
   int rank_ = 0;
   int size_ = 1;

@@ -67,7 +67,7 @@ class StopOnSignal {
   // reaches that call together): the ranks then share who received what, for reason().
   bool should_stop();
   // After should_stop() returned true: which signal reached which ranks, e.g. "SIGUSR1 on rank 1"
-  // or "SIGTERM on ranks 0, 1, 2, 3"; "" before.
+  // or "SIGTERM on ranks 0-3"; "" before.
   const std::string& reason() const { return reason_; }
   const std::vector<int>& signals() const { return signals_; }
 

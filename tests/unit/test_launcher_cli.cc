@@ -182,26 +182,31 @@ struct RunResult {
 };
 
 // Runs hvdrun with `args` (no shell) and extra environment `env` (NAME=VALUE, "-NAME" unsets).
+// In a forked child: output to the pipe `fds`, `env` applied ("-NAME" unsets NAME), then hvdrun.
+[[noreturn]] void exec_hvdrun(const int fds[2], const Args& args, const Args& env) {
+  ::dup2(fds[1], 1);
+  ::dup2(fds[1], 2);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  for (const auto& kv : env) {
+    if (kv[0] == '-')
+      ::unsetenv(kv.c_str() + 1);
+    else
+      ::putenv(const_cast<char*>(kv.c_str()));
+  }
+  std::vector<char*> argv{const_cast<char*>(HVDRUN_PATH)};
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv(HVDRUN_PATH, argv.data());
+  ::_exit(255);
+}
+
 RunResult run_hvdrun(const Args& args, const Args& env = {}) {
   int fds[2];
   if (::pipe(fds) != 0) return {};
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    for (const auto& kv : env) {
-      if (kv[0] == '-')
-        ::unsetenv(kv.c_str() + 1);
-      else
-        ::putenv(const_cast<char*>(kv.c_str()));
-    }
-    std::vector<char*> argv{const_cast<char*>(HVDRUN_PATH)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(HVDRUN_PATH, argv.data());
-    ::_exit(255);
+    exec_hvdrun(fds, args, env);
   }
   ::close(fds[1]);
   RunResult r;
@@ -355,21 +360,7 @@ Background start_hvdrun(const Args& args, const Args& env) {
   b.pid = ::fork();
   if (b.pid == 0) {
     ::setpgid(0, 0);  // as under a batch system: no terminal's signals
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    for (const auto& kv : env) {
-      if (kv[0] == '-')
-        ::unsetenv(kv.c_str() + 1);
-      else
-        ::putenv(const_cast<char*>(kv.c_str()));
-    }
-    std::vector<char*> argv{const_cast<char*>(HVDRUN_PATH)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(HVDRUN_PATH, argv.data());
-    ::_exit(255);
+    exec_hvdrun(fds, args, env);
   }
   ::close(fds[1]);
   b.fd = fds[0];
