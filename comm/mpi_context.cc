@@ -86,8 +86,8 @@ void throw_mpi_error(const char* call, int code, const char* file, int line) {
   throw CommunicationError(s.str());
 }
 
-MpiContext::MpiContext(int fake_local_size) {
-  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world_));
+MpiContext::MpiContext(int fake_local_size, MPI_Comm base) {
+  MPI_CHECK(MPI_Comm_dup(base, &world_));
   MPI_CHECK(MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN));
   MPI_CHECK(MPI_Comm_rank(world_, &topo_.rank));
   MPI_CHECK(MPI_Comm_size(world_, &topo_.size));

@@ -73,9 +73,11 @@ struct MpiTopology {
 
 class MpiContext {
  public:
-  // Collective over MPI_COMM_WORLD. `fake_local_size` > 0 splits the world into fake nodes of
-  // that many consecutive ranks (tests of the hierarchical path on one machine).
-  explicit MpiContext(int fake_local_size = 0);
+  // Collective over `base` (MPI_COMM_WORLD, or a process set's communicator), which it duplicates:
+  // world() is the duplicate, the topology is that of `base`'s ranks. `fake_local_size` > 0 splits
+  // them into fake nodes of that many consecutive ranks (tests of the hierarchical path on one
+  // machine).
+  explicit MpiContext(int fake_local_size = 0, MPI_Comm base = MPI_COMM_WORLD);
   ~MpiContext();
   MpiContext(const MpiContext&) = delete;
   MpiContext& operator=(const MpiContext&) = delete;

@@ -21,7 +21,8 @@ void add_gpu_ops(OperationManager& m, const comm::MpiContext& mpi, FusionBuffer&
                  const GpuBackend& gpu, const OperationsOptions& options) {
   CopyWorkers* copies = options.host_copies;
   cuda::Finalizer& fin = *gpu.finalizer();
-  if (nccl::NcclContext* nccl = gpu.nccl()) {
+  nccl::NcclContext* nccl = options.nccl ? gpu.nccl() : nullptr;
+  if (nccl) {
     if (options.hierarchical_allreduce)
       m.add(std::make_unique<hierarchical::NcclHierarchicalAllreduce>(*nccl, fin));
     nccl::NcclAllreduceOptions o;
@@ -40,6 +41,7 @@ void add_gpu_ops(OperationManager& m, const comm::MpiContext& mpi, FusionBuffer&
   staged(std::make_unique<mpi::MpiBroadcast>(mpi));
   staged(std::make_unique<mpi::MpiAlltoall>(mpi));
   staged(std::make_unique<mpi::MpiReducescatter>(mpi, host_fusion));
+  staged(std::make_unique<mpi::MpiSendRecv>(mpi));
 }
 #endif
 
@@ -61,6 +63,7 @@ OperationManager make_operations(const comm::MpiContext& mpi, FusionBuffer& host
   m.add(std::make_unique<mpi::MpiBroadcast>(mpi));
   m.add(std::make_unique<mpi::MpiAlltoall>(mpi));
   m.add(std::make_unique<mpi::MpiReducescatter>(mpi, host_fusion));
+  m.add(std::make_unique<mpi::MpiSendRecv>(mpi));
   return m;
 }
 

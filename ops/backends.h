@@ -7,10 +7,11 @@
 //      a GPU): the hierarchical all-reduce first with HVD_HIERARCHICAL_ALLREDUCE (it declines
 //      unless several homogeneous nodes), then allreduce, allgather, broadcast, alltoall,
 //      reducescatter;
-//   2. GPU tensors, host-staged MPI (every collective; the only GPU path without NCCL);
+//   2. GPU tensors, host-staged MPI (every collective and send/recv; the only GPU path without
+//      NCCL, and the path of every process set but the global one);
 //   3. CPU tensors: the hierarchical MPI all-reduce with HVD_HIERARCHICAL_ALLREDUCE (it declines,
 //      with a log line on rank 0, on one node or on nodes with different numbers of ranks);
-//   4. CPU tensors: plain MPI (every collective).
+//   4. CPU tensors: plain MPI (every collective, and send/recv).
 // Without CUDA in the build, or without a device, 1 and 2 are absent (a GPU tensor then finds no
 // op and fails with OperationManager's message).
 //
@@ -29,6 +30,9 @@ struct OperationsOptions {
   bool hierarchical_allreduce = false;  // HVD_HIERARCHICAL_ALLREDUCE
   bool nccl_fp16_compression = false;   // HVD_COMPRESSION=fp16 (the NCCL all-reduce)
   CopyWorkers* host_copies = nullptr;   // HVD_COPY_THREADS: helpers of the host all-reduces' copies
+  // Use the GpuBackend's NCCL communicators (those of the world): false for a process set's ops,
+  // whose CUDA tensors then go through host-staged MPI on the set's communicator.
+  bool nccl = true;
 };
 
 // The ops keep references to `mpi`, `host_fusion`, `options.host_copies` and `gpu`'s contexts:

@@ -18,13 +18,20 @@
 #include <string>
 #include <vector>
 
+#include "common/op_kind.h"
 #include "hvd/error.h"
 #include "hvd/tensor.h"
 
 namespace hvd::ops {
 
-enum class CollectiveType { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter };
-const char* collective_name(CollectiveType t);
+// The data rows of common/op_kind.h, with the values RequestType and ResponseType give them.
+#define HVD_OP_KIND_ENUMERATOR(kind, ...) kind,
+enum class CollectiveType { HVD_DATA_OP_KINDS(HVD_OP_KIND_ENUMERATOR) };
+#undef HVD_OP_KIND_ENUMERATOR
+inline const char* collective_name(CollectiveType t) {
+  const OpKindInfo* k = op_kind(static_cast<int>(t));
+  return k ? k->name : "unknown";
+}
 
 struct OpEntry {
   std::string name;
@@ -37,8 +44,8 @@ struct OpEntry {
 
 // Whether the op of this type writes OpEntry::result (and, for alltoall, received_splits).
 constexpr bool makes_result(CollectiveType t) {
-  return t == CollectiveType::kAllgather || t == CollectiveType::kAlltoall ||
-         t == CollectiveType::kReducescatter;
+  const OpKindInfo* k = op_kind(static_cast<int>(t));
+  return k && k->has(op_flags::kMakesResult);
 }
 
 struct OpBatch {
@@ -46,7 +53,8 @@ struct OpBatch {
   DataType dtype = DataType::kFloat32;
   ReduceOp reduce_op = ReduceOp::kSum;
   Device device;
-  int root = 0;
+  int root = 0;   // broadcast: the root; send/recv: the sender
+  int peer = -1;  // send/recv: the receiver (ranks of the communicator the op runs on)
   double prescale = 1.0;
   double postscale = 1.0;
   int contributors = 1;  // ranks contributing data; kAverage divides by it

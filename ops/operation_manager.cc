@@ -4,22 +4,6 @@
 
 namespace hvd::ops {
 
-const char* collective_name(CollectiveType t) {
-  switch (t) {
-    case CollectiveType::kAllreduce:
-      return "allreduce";
-    case CollectiveType::kAllgather:
-      return "allgather";
-    case CollectiveType::kBroadcast:
-      return "broadcast";
-    case CollectiveType::kAlltoall:
-      return "alltoall";
-    case CollectiveType::kReducescatter:
-      return "reducescatter";
-  }
-  return "unknown";
-}
-
 double post_factor(const OpBatch& batch) {
   double f = batch.postscale;
   if (batch.reduce_op == ReduceOp::kAverage) f /= batch.contributors > 0 ? batch.contributors : 1;

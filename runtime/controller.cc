@@ -38,7 +38,13 @@ Controller::Controller(std::unique_ptr<comm::ControlChannel> channel,
       // At most 10^9 s (no stall inspector: 10^18 s), which fits the clock's 64-bit nanoseconds.
       patience_(
           static_cast<int64_t>(std::clamp(options.fast_path_patience_seconds, 0.0, 1e9) * 1e9)),
-      coordinator_(size_) {}
+      coordinator_(size_, options.global_ranks) {}
+
+std::vector<int> Controller::global(std::vector<int> ranks) const {
+  for (int& r : ranks)
+    if (r >= 0 && r < static_cast<int>(options_.global_ranks.size())) r = options_.global_ranks[r];
+  return ranks;
+}
 
 // `looked`: r's lookup, done while the cache could serve this rank (none: kMiss).
 void Controller::classify(Request&& r, const Looked& looked) {
@@ -284,16 +290,18 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
       return;
     case comm::StarOutcome::Status::kReported:
       throw CommunicationError(lost_ranks_message(
-          outcome.lost, no_word(outcome.lost.size(), options_.peer_timeout_seconds)));
+          global(outcome.lost), no_word(outcome.lost.size(), options_.peer_timeout_seconds)));
     case comm::StarOutcome::Status::kSilent:
       break;
   }
   if (rank_ != 0)
-    throw CommunicationError(lost_ranks_message({0}, no_word(1, outcome.waited_seconds)) +
-                             " Rank 0 coordinates every cycle.");
+    throw CommunicationError(lost_ranks_message(global({0}), no_word(1, outcome.waited_seconds)) +
+                             (options_.global_ranks.empty()
+                                  ? std::string(" Rank 0 coordinates every cycle.")
+                                  : " It coordinates its process set."));
   if (options_.announce_lost) options_.announce_lost(outcome.lost);
-  throw CommunicationError(
-      lost_ranks_message(outcome.lost, no_word(outcome.lost.size(), outcome.waited_seconds)));
+  throw CommunicationError(lost_ranks_message(
+      global(outcome.lost), no_word(outcome.lost.size(), outcome.waited_seconds)));
 }
 
 // Silence is not death: a rank on an overloaded node (or under a sanitizer) can miss the deadline
@@ -306,13 +314,14 @@ void Controller::exchange_bits(std::vector<uint64_t>& bits) {
 // does, so the warning names the slow rank from its parent.
 std::vector<int> Controller::probe_silent(const std::vector<int>& ranks, double waited) const {
   if (rank_ != 0 && ranks == std::vector<int>{0}) return options_.unresponsive(ranks);
-  HVD_LOG(Debug) << rank_list(ranks) << " silent for " << waited << " s: asking their watchdogs";
+  HVD_LOG(Debug) << rank_list(global(ranks)) << " silent for " << waited
+                 << " s: asking their watchdogs";
   std::vector<int> dead = options_.unresponsive(ranks);
   HVD_LOG(Debug) << "liveness probe: "
                  << (dead.empty() ? "every silent rank answered"
-                                  : rank_list(dead) + " did not answer");
+                                  : rank_list(global(dead)) + " did not answer");
   if (dead.empty())
-    HVD_LOG(Warning) << rank_list(ranks) << (ranks.size() == 1 ? " has" : " have")
+    HVD_LOG(Warning) << rank_list(global(ranks)) << (ranks.size() == 1 ? " has" : " have")
                      << " not taken part in the negotiation for " << static_cast<int>(waited)
                      << " s, but " << (ranks.size() == 1 ? "answers" : "answer")
                      << " the liveness probe: alive but slow (an overloaded node?); waiting "

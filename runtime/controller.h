@@ -77,6 +77,9 @@ struct ControllerOptions {
   // Open a lane in the queue for every cached single allreduce (runtime/tensor_queue.h, "Lanes";
   // HVD_CACHED_LANES).
   bool lanes = true;
+  // The global rank of each rank of the channel (a process set's members), for messages; empty:
+  // the channel's ranks are global ones. `unresponsive` and `announce_lost` take channel ranks.
+  std::vector<int> global_ranks;
 };
 
 class Controller {
@@ -127,6 +130,7 @@ class Controller {
   std::vector<uint64_t> local_bits(const CycleFlags& mine);
   void exchange_bits(std::vector<uint64_t>& bits);
   std::vector<int> probe_silent(const std::vector<int>& ranks, double waited) const;
+  std::vector<int> global(std::vector<int> ranks) const;  // channel ranks to global ones
   void erase_invalid(const std::vector<uint64_t>& bits);
   std::vector<Response> fast_path(const std::vector<uint64_t>& bits);
   std::vector<Response> slow_path();

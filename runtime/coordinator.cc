@@ -13,52 +13,6 @@ std::string fmt_double(double v) {
   return s.str();
 }
 
-std::string who(const Request& q) { return "rank " + std::to_string(q.rank); }
-
-// Why rank b's request for `name` does not match rank a's; "" when it does.
-std::string mismatch(const Request& a, const Request& b, const std::string& name) {
-  const std::string op = request_type_name(a.type);
-  if (b.type != a.type)
-    return who(b) + " called " + request_type_name(b.type) + ", " + who(a) + " called " + op +
-           ". Every rank must call the same collective for '" + name + "'.";
-  if (b.dtype != a.dtype)
-    return who(b) + " sent dtype " + dtype_name(b.dtype) + ", " + who(a) + " sent " +
-           dtype_name(a.dtype) + ". Every rank must pass the same dtype for '" + name + "'.";
-  if (b.device.kind != a.device.kind)
-    return who(b) + " sent a " + device_name(b.device) + " tensor, " + who(a) + " a " +
-           device_name(a.device) + " tensor. Every rank must pass '" + name +
-           "' on the same kind of device.";
-  const bool first_free = a.type == RequestType::kAllgather || a.type == RequestType::kAlltoall;
-  const bool shape_ok =
-      first_free ? (b.shape.size() == a.shape.size() &&
-                    std::equal(b.shape.begin() + (b.shape.empty() ? 0 : 1), b.shape.end(),
-                               a.shape.begin() + (a.shape.empty() ? 0 : 1)))
-                 : b.shape == a.shape;
-  if (!shape_ok)
-    return who(b) + " sent shape " + shape_string(b.shape) + ", " + who(a) + " sent " +
-           shape_string(a.shape) +
-           (first_free ? ". Only the first dimension may differ between ranks for " + op + "."
-                       : ". Every rank must pass the same shape for '" + name + "'.");
-  if (a.type == RequestType::kAllreduce || a.type == RequestType::kReducescatter) {
-    if (b.reduce_op != a.reduce_op)
-      return who(b) + " asked for reduce op " + reduce_op_name(b.reduce_op) + ", " + who(a) +
-             " for " + reduce_op_name(a.reduce_op) +
-             ". Every rank must use the same reduce op for '" + name + "'.";
-    if (b.prescale != a.prescale || b.postscale != a.postscale)
-      return who(b) + " sent prescale " + fmt_double(b.prescale) + " and postscale " +
-             fmt_double(b.postscale) + ", " + who(a) + " sent prescale " + fmt_double(a.prescale) +
-             " and postscale " + fmt_double(a.postscale) +
-             ". Every rank must use the same scale factors for '" + name + "'.";
-  }
-  if (a.type == RequestType::kBroadcast && b.root != a.root)
-    return who(b) + " gave root " + std::to_string(b.root) + ", " + who(a) + " gave root " +
-           std::to_string(a.root) + ". Every rank must name the same root for '" + name + "'.";
-  if (b.group != a.group || b.group_size != a.group_size)
-    return who(b) + " submitted it in group '" + b.group + "' of " + std::to_string(b.group_size) +
-           ", " + who(a) + " in group '" + a.group + "' of " + std::to_string(a.group_size) + ".";
-  return "";
-}
-
 Response error_response(const std::string& name, const std::vector<int64_t>& shape,
                         const std::string& message) {
   Response err;
@@ -70,6 +24,77 @@ Response error_response(const std::string& name, const std::vector<int64_t>& sha
 }
 
 }  // namespace
+
+// Why rank b's request for `name` does not match rank a's; "" when it does.
+std::string Coordinator::mismatch(const Request& a, const Request& b,
+                                  const std::string& name) const {
+  const std::string op = request_type_name(a.type);
+  if (a.type == RequestType::kProcessSet && b.type == a.type &&
+      (b.shape != a.shape || b.root != a.root))
+    return a.root < 0 && b.root < 0
+               ? "add_process_set() failed: " + who(b) + " passed ranks " + shape_string(b.shape) +
+                     ", " + who(a) + " passed " + shape_string(a.shape) +
+                     ". Every rank must pass the same ranks to add_process_set()."
+               : "add_process_set()/remove_process_set() failed: " + who(b) +
+                     (b.root < 0 ? " adds a process set, "
+                                 : " removes process set " + std::to_string(b.root) + ", ") +
+                     who(a) +
+                     (a.root < 0 ? " adds one" : " removes process set " + std::to_string(a.root)) +
+                     ". Every rank must add and remove process sets in the same order.";
+  if (b.type != a.type)
+    return who(b) + " called " + request_type_name(b.type) + ", " + who(a) + " called " + op +
+           ". Every rank must call the same collective for '" + name + "'.";
+  if (b.dtype != a.dtype)
+    return who(b) + " sent dtype " + dtype_name(b.dtype) + ", " + who(a) + " sent " +
+           dtype_name(a.dtype) + ". Every rank must pass the same dtype for '" + name + "'.";
+  if (b.device.kind != a.device.kind)
+    return who(b) + " sent a " + device_name(b.device) + " tensor, " + who(a) + " a " +
+           device_name(a.device) + " tensor. Every rank must pass '" + name +
+           "' on the same kind of device.";
+  const bool first_free = has_flag(a.type, op_flags::kFirstDimFree);
+  const bool shape_ok =
+      first_free ? (b.shape.size() == a.shape.size() &&
+                    std::equal(b.shape.begin() + (b.shape.empty() ? 0 : 1), b.shape.end(),
+                               a.shape.begin() + (a.shape.empty() ? 0 : 1)))
+                 : b.shape == a.shape;
+  if (!shape_ok)
+    return who(b) + " sent shape " + shape_string(b.shape) + ", " + who(a) + " sent " +
+           shape_string(a.shape) +
+           (first_free ? ". Only the first dimension may differ between ranks for " + op + "."
+                       : ". Every rank must pass the same shape for '" + name + "'.");
+  if (has_flag(a.type, op_flags::kReduces)) {
+    if (b.reduce_op != a.reduce_op)
+      return who(b) + " asked for reduce op " + reduce_op_name(b.reduce_op) + ", " + who(a) +
+             " for " + reduce_op_name(a.reduce_op) +
+             ". Every rank must use the same reduce op for '" + name + "'.";
+    if (b.prescale != a.prescale || b.postscale != a.postscale)
+      return who(b) + " sent prescale " + fmt_double(b.prescale) + " and postscale " +
+             fmt_double(b.postscale) + ", " + who(a) + " sent prescale " + fmt_double(a.prescale) +
+             " and postscale " + fmt_double(a.postscale) +
+             ". Every rank must use the same scale factors for '" + name + "'.";
+  }
+  if (has_flag(a.type, op_flags::kRooted) && b.root != a.root)
+    return who(b) + " gave root " + std::to_string(global(b.root)) + ", " + who(a) + " gave root " +
+           std::to_string(global(a.root)) + ". Every rank must name the same root for '" + name +
+           "'.";
+  if (b.group != a.group || b.group_size != a.group_size)
+    return who(b) + " submitted it in group '" + b.group + "' of " + std::to_string(b.group_size) +
+           ", " + who(a) + " in group '" + a.group + "' of " + std::to_string(a.group_size) + ".";
+  return "";
+}
+
+// A send (`a` or `b`, whichever comes from the sender) against its receive: the receiver's buffer
+// must have the sent dtype and shape. "" when it does.
+std::string Coordinator::pair_mismatch(const Request& a, const Request& b) const {
+  const Request& send = a.rank == a.root ? a : b;
+  const Request& recv = a.rank == a.root ? b : a;
+  if (send.dtype == recv.dtype && send.shape == recv.shape) return "";
+  return "rank " + std::to_string(global(recv.rank)) + " receives into " + dtype_name(recv.dtype) +
+         " " + shape_string(recv.shape) + " but rank " + std::to_string(global(send.rank)) +
+         " sent " + dtype_name(send.dtype) + " " + shape_string(send.shape) +
+         ". Pass a receive buffer of the sent dtype and shape (send the shape first when it "
+         "varies).";
+}
 
 void Coordinator::add(std::vector<Request>&& requests) {
   const auto now = std::chrono::steady_clock::now();
@@ -143,11 +168,7 @@ void Coordinator::release_stall_failures(std::vector<Response>& out) {
 void Coordinator::release_ready(std::vector<Response>& out) {
   std::vector<std::string> still;
   for (const auto& name : arrival_) {
-    TableEntry& e = table_[name];
-    bool ready = true;
-    for (int r = 0; r < size_ && ready; ++r)
-      ready = e.requests[r].rank != -1 || joined_ranks_.count(r);
-    if (!ready) {
+    if (!is_ready(table_[name])) {
       still.push_back(name);
       continue;
     }
@@ -160,6 +181,22 @@ void Coordinator::release_ready(std::vector<Response>& out) {
     out.push_back(std::move(resp));
   }
   arrival_.swap(still);
+}
+
+// Who must have submitted (common/op_kind.h): every rank that has not joined, or a send/recv's two.
+bool Coordinator::is_ready(const TableEntry& e) const {
+  const Request* any = nullptr;
+  for (const auto& q : e.requests)
+    if (q.rank != -1) any = &q;
+  if (any == nullptr) return false;
+  const OpKindInfo* kind = op_kind(any->type);
+  if (kind && kind->participants == Participants::kPair) {
+    auto has = [&](int r) { return r >= 0 && r < size_ && e.requests[r].rank != -1; };
+    return has(any->root) && has(any->peer);
+  }
+  for (int r = 0; r < size_; ++r)
+    if (e.requests[r].rank == -1 && !joined_ranks_.count(r)) return false;
+  return true;
 }
 
 // Complete groups; a group with any failed member fails as a whole.
@@ -205,20 +242,35 @@ Response Coordinator::build_response(const std::string& name) {
     if (q.rank != -1) reqs.push_back(&q);
   const Request& a = *reqs.front();
   if (!a.group.empty()) group_sizes_[a.group] = std::max(group_sizes_[a.group], a.group_size);
+  // (A process set change's messages say what failed themselves: its name is hvd's own.)
+  const bool own_words = a.type == RequestType::kProcessSet;
   auto fail = [&](const std::string& why) {
     Response err = error_response(
         name, a.shape,
-        std::string(request_type_name(a.type)) + " of '" + name + "' failed: " + why);
+        own_words ? why
+                  : std::string(request_type_name(a.type)) + " of '" + name + "' failed: " + why);
     err.group = a.group;
     return err;
   };
   for (const Request* q : reqs)
-    if (!q->error.empty()) return fail(who(*q) + ": " + q->error);
+    if (!q->error.empty()) return fail(own_words ? q->error : who(*q) + ": " + q->error);
+  const OpKindInfo* kind = op_kind(a.type);
+  if (kind && kind->participants == Participants::kPair) {
+    for (const Request* q : reqs)
+      if (q->type != a.type || q->root != a.root || q->peer != a.peer)
+        return fail(who(*q) + " and " + who(a) +
+                    " disagree on what it is: every rank must pair each send with one recv.");
+    if (reqs.size() == 2)
+      if (std::string why = pair_mismatch(*reqs[0], *reqs[1]); !why.empty()) return fail(why);
+    Response resp = response_for(a, 2);
+    resp.peer = a.peer;
+    return resp;
+  }
   for (const Request* q : reqs)
     if (std::string why = mismatch(a, *q, name); !why.empty()) return fail(why);
   if (!joined_ranks_.empty()) {
     if (a.type == RequestType::kBroadcast && e.requests[a.root].rank == -1)
-      return fail("its root rank " + std::to_string(a.root) +
+      return fail("its root rank " + std::to_string(global(a.root)) +
                   " has already called join(), so it has no data to send.");
     if (a.type == RequestType::kAlltoall && static_cast<int>(reqs.size()) < size_)
       return fail(
@@ -248,6 +300,7 @@ void response_from(R&& a, int32_t contributors, Response& resp) {
   resp.reduce_op = a.reduce_op;
   resp.device_kind = a.device.kind;
   resp.root = a.root;
+  resp.peer = a.peer;
   resp.prescale = a.prescale;
   resp.postscale = a.postscale;
   resp.contributors = contributors;
@@ -283,11 +336,17 @@ std::vector<Coordinator::Stall> Coordinator::stalled(double older_than_seconds) 
     Stall s;
     s.name = name;
     s.seconds = age;
+    // A send/recv waits for its two ranks only.
+    const Request* any = nullptr;
+    for (const auto& q : e.requests)
+      if (q.rank != -1) any = &q;
+    const OpKindInfo* kind = any ? op_kind(any->type) : nullptr;
+    const bool pair = kind && kind->participants == Participants::kPair;
     for (int r = 0; r < size_; ++r) {
       if (e.requests[r].rank != -1)
-        s.submitted_ranks.push_back(r);
-      else if (!joined_ranks_.count(r))
-        s.missing_ranks.push_back(r);
+        s.submitted_ranks.push_back(global(r));
+      else if (pair ? (r == any->root || r == any->peer) : !joined_ranks_.count(r))
+        s.missing_ranks.push_back(global(r));
     }
     out.push_back(std::move(s));
   }

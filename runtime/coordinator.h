@@ -4,7 +4,8 @@
 // (runtime/controller.h), and the responses they make. A tensor is ready when every rank that has
 // not joined has submitted it; its response is then validated (op, dtype, shape, reduce op, scale
 // factors, root, device, group: an ERROR response on a mismatch, so that every rank fails that
-// handle with the same message instead of hanging). Members of a group are held back until the
+// handle with the same message instead of hanging). A send/recv (common/op_kind.h, kPair) is ready
+// when its two ranks have submitted it. Members of a group are held back until the
 // whole group is ready, then released together (all failing if any failed). When every rank has
 // joined, one join response names the rank that joined last.
 //
@@ -35,7 +36,10 @@ void response_for(Request&& request, int32_t contributors, Response* out);
 
 class Coordinator {
  public:
-  explicit Coordinator(int size) : size_(size) {}
+  // `global_ranks`: the global rank of each rank of the process set, for messages (empty: the
+  // ranks are global ones).
+  explicit Coordinator(int size, std::vector<int> global_ranks = {})
+      : size_(size), global_ranks_(std::move(global_ranks)) {}
 
   // Adds one rank's requests (a join marks the rank joined).
   void add(std::vector<Request>&& requests);
@@ -72,8 +76,16 @@ class Coordinator {
   void release_groups(std::vector<Response>& out);
   void release_join(std::vector<Response>& out);
   Response build_response(const std::string& name);
+  bool is_ready(const TableEntry& e) const;
+  std::string who(const Request& q) const { return "rank " + std::to_string(global(q.rank)); }
+  int global(int rank) const {
+    return rank >= 0 && rank < static_cast<int>(global_ranks_.size()) ? global_ranks_[rank] : rank;
+  }
+  std::string mismatch(const Request& a, const Request& b, const std::string& name) const;
+  std::string pair_mismatch(const Request& a, const Request& b) const;
 
   int size_;
+  std::vector<int> global_ranks_;
   std::unordered_map<std::string, TableEntry> table_;
   std::vector<std::string> arrival_;  // names in order of first arrival
   std::set<int> joined_ranks_;

@@ -11,6 +11,7 @@
 #include "common/dtype_math.h"
 #include "hvd/error.h"
 #include "runtime/controller.h"
+#include "runtime/coordinator.h"
 #include "runtime/fusion.h"
 #include "runtime/group_unit.h"
 #include "runtime/handle.h"
@@ -19,25 +20,10 @@
 namespace hvd {
 namespace {
 
-// The op collective of a response that runs as a batch. Every enumerator is listed: a new response
-// type must be mapped here, never run as something else.
+// The op collective of a response that runs as a batch: a data row of common/op_kind.h, whose
+// values ops::CollectiveType shares. A control response never gets here.
 ops::CollectiveType collective_of(const Response& r) {
-  switch (r.type) {
-    case ResponseType::kAllreduce:
-      return ops::CollectiveType::kAllreduce;
-    case ResponseType::kAllgather:
-      return ops::CollectiveType::kAllgather;
-    case ResponseType::kBroadcast:
-      return ops::CollectiveType::kBroadcast;
-    case ResponseType::kAlltoall:
-      return ops::CollectiveType::kAlltoall;
-    case ResponseType::kReducescatter:
-      return ops::CollectiveType::kReducescatter;
-    case ResponseType::kBarrier:
-    case ResponseType::kJoin:
-    case ResponseType::kError:
-      break;
-  }
+  if (has_flag(r.type, op_flags::kData)) return static_cast<ops::CollectiveType>(r.type);
   throw InternalError(std::string("the executor has no collective for a response of type ") +
                       response_type_name(r.type) + " (code " +
                       std::to_string(static_cast<int>(r.type)) + "): please report this bug.");
@@ -88,9 +74,10 @@ struct SpanEnd {
   Timeline* t;
   const Response& r;
   const std::string& span;
+  const std::string& prefix;  // the process set's rows (Executor::Executor)
   ~SpanEnd() {
     if (t)
-      for (const auto& n : r.names) t->end(n, span);
+      for (const auto& n : r.names) t->end(prefix + n, span);
   }
 };
 
@@ -108,12 +95,14 @@ struct Executor::Batch {
 };
 
 Executor::Executor(int rank, TensorQueue& queue, ops::OperationManager& ops, ops::GpuBackend& gpu,
-                   comm::Watchdog& watchdog, Timeline* timeline)
+                   comm::Watchdog& watchdog, Timeline* timeline, std::string timeline_prefix)
     : queue_(queue),
       ops_(ops),
       gpu_(gpu),
       watchdog_(watchdog),
       timeline_(timeline),
+      row_prefix_(std::move(timeline_prefix)),
+      rank_(rank),
       stop_at_batch_(stop_at_batch_from_env(rank)) {}
 
 void Executor::perform(const Response& r) {
@@ -122,8 +111,10 @@ void Executor::perform(const Response& r) {
     return;
   }
   if (timeline_)
-    for (const auto& n : r.names) timeline_->end(n, "QUEUE");
+    for (const auto& n : r.names) timeline_->end(row_prefix_ + n, "QUEUE");
   if (perform_control(r)) return;
+  // A send/recv runs on its two ranks only; the others have no entry for it.
+  if (r.type == ResponseType::kSendRecv && rank_ != r.root && rank_ != r.peer) return;
   if (group_unit::is_unit(r)) {
     perform_unit(r);
     return;
@@ -138,13 +129,14 @@ void Executor::perform(const Response& r) {
   b.op.reduce_op = r.reduce_op;
   b.op.device.kind = r.device_kind;
   b.op.root = r.root;
+  b.op.peer = r.peer;
   b.op.prescale = r.prescale;
   b.op.postscale = r.postscale;
   b.op.contributors = r.contributors;
   b.op.first_dims = r.first_dims;
   take_entries(r, b);
   begin_spans(r, b);
-  const SpanEnd span_end{timeline_, r, b.span};
+  const SpanEnd span_end{timeline_, r, b.span, row_prefix_};
   execute(r, b);
   recycle(b);
 }
@@ -160,6 +152,17 @@ void Executor::recycle(Batch& b) {
   b.op.entries.clear();
   handles_spare_.swap(b.handles);
   entries_spare_.swap(b.op.entries);
+}
+
+void Executor::run_inline(TensorTableEntry&& entry, Request&& request) {
+  queue_.add_entry(std::move(entry), request.rank);
+  response_for(std::move(request), 1, &inline_response_);
+  try {
+    perform(inline_response_);
+  } catch (const std::exception&) {
+    // perform() failed the handle with the error before it let a communication error out.
+  }
+  detail::Spares::give(&inline_response_.names, &inline_response_.shapes);
 }
 
 // A group unit's response (runtime/group_unit.h): the members come from the unit's entry, one
@@ -216,7 +219,7 @@ void Executor::perform_unit(const Response& r) {
     }
     b.handles.push_back(unit->handle);
     begin_spans(r, b);
-    const SpanEnd span_end{timeline_, r, b.span};
+    const SpanEnd span_end{timeline_, r, b.span, row_prefix_};
     execute(r, b);
     recycle(b);
     i = end;
@@ -243,11 +246,32 @@ bool Executor::perform_control(const Response& r) {
         e->handle->complete_one();
       }
       return true;
+    case ResponseType::kProcessSet:
+      // add_process_set()/remove_process_set(): every rank changes its table here, at the same
+      // place in the same cycle (runtime/runtime.cc); the handle's result is the set's id.
+      if (auto e = queue_.take(r.names[0])) {
+        try {
+          watchdog_.op_started([&r] { return "process set change '" + r.names[0] + "'"; });
+          struct OpDone {
+            comm::Watchdog& w;
+            ~OpDone() { w.op_finished(); }
+          } op_done{watchdog_};
+          const int id = on_process_set_ ? on_process_set_(r) : -1;
+          e->handle->set_join_result(id);
+          e->handle->complete_one();
+        } catch (const std::exception& ex) {
+          auto [kind, message] = detail::classify(ex);
+          e->handle->fail(kind, message);
+          if (kind == detail::ErrorKind::kCommunication) throw;
+        }
+      }
+      return true;
     case ResponseType::kAllreduce:
     case ResponseType::kAllgather:
     case ResponseType::kBroadcast:
     case ResponseType::kAlltoall:
     case ResponseType::kReducescatter:
+    case ResponseType::kSendRecv:
       break;
   }
   return false;
@@ -306,9 +330,9 @@ void Executor::begin_spans(const Response& r, Batch& b) {
   const std::string args = "{\"fused\":" + std::to_string(r.names.size()) +
                            ",\"bytes\":" + std::to_string(response_bytes(r)) + ",\"dtype\":\"" +
                            dtype_name(r.dtype) + "\"}";
-  for (const auto& n : r.names) timeline_->begin(n, b.span, args);
-  b.op.trace = [t = timeline_, &r](const char* activity, bool begin) {
-    for (const auto& n : r.names) begin ? t->begin(n, activity) : t->end(n, activity);
+  for (const auto& n : r.names) timeline_->begin(row_prefix_ + n, b.span, args);
+  b.op.trace = [t = timeline_, &r, &p = row_prefix_](const char* activity, bool begin) {
+    for (const auto& n : r.names) begin ? t->begin(p + n, activity) : t->end(p + n, activity);
   };
 }
 

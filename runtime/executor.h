@@ -15,6 +15,7 @@
 //
 // Threading: background thread only.
 
+#include <functional>
 #include <string>
 
 #include "comm/watchdog.h"
@@ -28,18 +29,29 @@ namespace hvd {
 
 class Executor {
  public:
-  // `timeline` may be null (no HVD_TIMELINE, or not rank 0). Everything must outlive the executor.
+  // `rank`: this rank in the process set. `timeline` may be null (no HVD_TIMELINE, or not rank 0).
+  // Everything must outlive the executor.
+  // `timeline_prefix` goes before every name in the timeline (a process set's rows).
   Executor(int rank, TensorQueue& queue, ops::OperationManager& ops, ops::GpuBackend& gpu,
-           comm::Watchdog& watchdog, Timeline* timeline);
+           comm::Watchdog& watchdog, Timeline* timeline, std::string timeline_prefix = "");
 
   // Runs one response (in the order the controller returned them; the same on every rank).
   // Throws CommunicationError after failing the batch's handles when the op lost its peers.
   void perform(const Response& response);
 
+  // A job of one rank's operation, on the caller's thread (runtime/runtime.cc, runs_inline): the
+  // entry goes into the queue (a name in flight is refused as always) and its response, the one
+  // negotiation would make, runs at once. The caller holds the lock that the cycle holds.
+  void run_inline(TensorTableEntry&& entry, Request&& request);
+
   // From now on every handle this executor completes is marked HandleState::stop_agreed: the
   // ranks learnt of a stop request in this cycle (hvd/stop.h). Every rank calls it in the same
   // cycle, before that cycle's responses run.
   void stop_agreed() { stop_agreed_ = true; }
+
+  // Runs add_process_set()/remove_process_set() responses (the global set's executor only):
+  // returns the set's id, or throws InvalidArgumentError (the same on every rank).
+  void on_process_set(std::function<int(const Response&)> f) { on_process_set_ = std::move(f); }
 
   // The reason rank 0 gave for shutting hvd down (its notice), or "".
   const std::string& shutdown_reason() const { return shutdown_reason_; }
@@ -58,9 +70,13 @@ class Executor {
   ops::GpuBackend& gpu_;
   comm::Watchdog& watchdog_;
   Timeline* timeline_;
+  std::string row_prefix_;
+  int rank_;  // this rank in the process set
+  std::function<int(const Response&)> on_process_set_;
   std::string shutdown_reason_;
   std::vector<std::string> spare_names_;  // perform()'s scratch, reused
   std::string member_;                    // perform_unit()'s scratch, reused
+  Response inline_response_;              // run_inline()'s, reused per tensor
   // The last Batch's vectors, emptied, their capacity kept.
   std::vector<std::shared_ptr<detail::HandleState>> handles_spare_;
   std::vector<ops::OpEntry> entries_spare_;

@@ -14,7 +14,7 @@ namespace {
 // A group unit's response (runtime/group_unit.h) stands alone: its one shape is the members'
 // signature, and the executor runs its members from the unit's entry.
 bool fusable(const Response& r) {
-  return r.type == ResponseType::kAllreduce && r.error.empty() && !group_unit::is_unit(r);
+  return has_flag(r.type, op_flags::kFusable) && r.error.empty() && !group_unit::is_unit(r);
 }
 
 bool compatible(const Response& a, const Response& b) {

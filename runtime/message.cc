@@ -128,6 +128,7 @@ void fields(Archive& ar, R& r) {
   ar.device_kind(r.device.kind);
   ar.template as<int32_t>(r.device.index);
   ar.pod(r.root);
+  ar.pod(r.peer);
   ar.pod(r.prescale);
   ar.pod(r.postscale);
   ar.str(r.name);
@@ -150,6 +151,7 @@ void fields(Archive& ar, R& r) {
   ar.pod(r.reduce_op);
   ar.device_kind(r.device_kind);
   ar.pod(r.root);
+  ar.pod(r.peer);
   ar.pod(r.prescale);
   ar.pod(r.postscale);
   ar.pod(r.contributors);
@@ -163,23 +165,8 @@ constexpr auto kMessage = [](auto& ar, auto& message) { fields(ar, message); };
 }  // namespace
 
 const char* request_type_name(RequestType t) {
-  switch (t) {
-    case RequestType::kAllreduce:
-      return "allreduce";
-    case RequestType::kAllgather:
-      return "allgather";
-    case RequestType::kBroadcast:
-      return "broadcast";
-    case RequestType::kAlltoall:
-      return "alltoall";
-    case RequestType::kReducescatter:
-      return "reducescatter";
-    case RequestType::kBarrier:
-      return "barrier";
-    case RequestType::kJoin:
-      return "join";
-  }
-  return "unknown";
+  const OpKindInfo* k = op_kind(t);
+  return k ? k->name : "unknown";
 }
 
 const char* response_type_name(ResponseType t) {
@@ -209,6 +196,7 @@ void Response::reset() {
   reduce_op = ReduceOp::kSum;
   device_kind = Device::kCPU;
   root = -1;
+  peer = -1;
   prescale = 1.0;
   postscale = 1.0;
   contributors = 0;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/op_kind.h"
 #include "common/ranks.h"
 #include "hvd/collectives.h"
 #include "hvd/tensor.h"
@@ -26,20 +27,22 @@ inline constexpr const char* kBarrierName = "__hvd.barrier";  // every barrier()
 inline constexpr const char* kJoinName = "__hvd.join";        // join(), and its release response
 // The error response that carries the reason for a shutdown decided on rank 0.
 inline constexpr const char* kShutdownNotice = "__hvd.shutdown";
+// add_process_set()/remove_process_set(): this prefix and the call's number on every rank.
+inline constexpr const char* kProcessSetPrefix = "__hvd.process_set.";
+// send()/recv(): this prefix, then "<sender>><receiver>.<tag>.<number>" in global ranks.
+inline constexpr const char* kSendRecvPrefix = "__hvd.p2p.";
+static_assert(std::string_view(kProcessSetPrefix).starts_with(kReservedNamePrefix) &&
+                  std::string_view(kSendRecvPrefix).starts_with(kReservedNamePrefix),
+              "hvd's own names must be reserved ones");
 static_assert(std::string_view(kBarrierName).starts_with(kReservedNamePrefix) &&
                   std::string_view(kJoinName).starts_with(kReservedNamePrefix) &&
                   std::string_view(kShutdownNotice).starts_with(kReservedNamePrefix),
               "hvd's own names must be reserved ones, or a user's tensor could take them");
 
-enum class RequestType : uint8_t {
-  kAllreduce,
-  kAllgather,
-  kBroadcast,
-  kAlltoall,
-  kReducescatter,
-  kBarrier,
-  kJoin
-};
+// Generated from common/op_kind.h, as are ops::CollectiveType and ResponseType below: the same
+// value names the same kind in all three (the runtime converts between them with static_cast).
+#define HVD_OP_KIND_ENUMERATOR(kind, ...) kind,
+enum class RequestType : uint8_t { HVD_OP_KINDS(HVD_OP_KIND_ENUMERATOR) };
 const char* request_type_name(RequestType t);  // "allreduce", ...
 
 struct Request {
@@ -48,7 +51,8 @@ struct Request {
   DataType dtype = DataType::kFloat32;
   ReduceOp reduce_op = ReduceOp::kSum;
   Device device;
-  int32_t root = -1;
+  int32_t root = -1;  // broadcast: the root; send/recv: the sender (ranks of the process set)
+  int32_t peer = -1;  // send/recv: the receiver
   double prescale = 1.0;
   double postscale = 1.0;
   std::string name;
@@ -68,46 +72,22 @@ struct Request {
   uint64_t name_hash = 0;
 };
 
-enum class ResponseType : uint8_t {
-  kAllreduce,
-  kAllgather,
-  kBroadcast,
-  kAlltoall,
-  kReducescatter,
-  kBarrier,
-  kJoin,
-  kError
-};
+// The request kinds, then kError: a failure every rank throws.
+enum class ResponseType : uint8_t { HVD_OP_KINDS(HVD_OP_KIND_ENUMERATOR) kError };
+#undef HVD_OP_KIND_ENUMERATOR
 const char* response_type_name(ResponseType t);
 
-// RequestType, ResponseType and ops::CollectiveType give the same value to the same collective:
-// the runtime converts between them with static_cast (rank 0 answers a request with the response
-// of the request's type; response_type_name names a response by its request type), and the values
-// travel in the messages. Reordering one of them must fail here, not mix collectives up.
-constexpr bool same_collective_value(RequestType request, ResponseType response) {
-  return static_cast<int>(request) == static_cast<int>(response);
+// The table row of a kind (common/op_kind.h); nullptr for kError and values outside the table.
+inline const OpKindInfo* op_kind(RequestType t) { return op_kind(static_cast<int>(t)); }
+inline const OpKindInfo* op_kind(ResponseType t) { return op_kind(static_cast<int>(t)); }
+inline bool has_flag(RequestType t, uint32_t f) {
+  const OpKindInfo* k = op_kind(t);
+  return k && k->has(f);
 }
-constexpr bool same_collective_value(RequestType request, ops::CollectiveType collective) {
-  return static_cast<int>(request) == static_cast<int>(collective);
+inline bool has_flag(ResponseType t, uint32_t f) {
+  const OpKindInfo* k = op_kind(t);
+  return k && k->has(f);
 }
-static_assert(same_collective_value(RequestType::kAllreduce, ResponseType::kAllreduce) &&
-                  same_collective_value(RequestType::kAllgather, ResponseType::kAllgather) &&
-                  same_collective_value(RequestType::kBroadcast, ResponseType::kBroadcast) &&
-                  same_collective_value(RequestType::kAlltoall, ResponseType::kAlltoall) &&
-                  same_collective_value(RequestType::kReducescatter,
-                                        ResponseType::kReducescatter) &&
-                  same_collective_value(RequestType::kBarrier, ResponseType::kBarrier) &&
-                  same_collective_value(RequestType::kJoin, ResponseType::kJoin),
-              "RequestType and ResponseType must list the shared types in the same order");
-static_assert(static_cast<int>(ResponseType::kError) == static_cast<int>(RequestType::kJoin) + 1,
-              "ResponseType::kError must follow the request types");
-static_assert(same_collective_value(RequestType::kAllreduce, ops::CollectiveType::kAllreduce) &&
-                  same_collective_value(RequestType::kAllgather, ops::CollectiveType::kAllgather) &&
-                  same_collective_value(RequestType::kBroadcast, ops::CollectiveType::kBroadcast) &&
-                  same_collective_value(RequestType::kAlltoall, ops::CollectiveType::kAlltoall) &&
-                  same_collective_value(RequestType::kReducescatter,
-                                        ops::CollectiveType::kReducescatter),
-              "RequestType and ops::CollectiveType must list the collectives in the same order");
 
 // Response::lanes: a member that is not in a lane.
 constexpr uint32_t kNoLane = UINT32_MAX;
@@ -121,7 +101,8 @@ struct Response {
   DataType dtype = DataType::kFloat32;
   ReduceOp reduce_op = ReduceOp::kSum;
   Device::Kind device_kind = Device::kCPU;
-  int32_t root = -1;
+  int32_t root = -1;  // broadcast: the root; send/recv: the sender
+  int32_t peer = -1;  // send/recv: the receiver
   double prescale = 1.0;
   double postscale = 1.0;
   int32_t contributors = 0;       // ranks that contribute data (size minus joined ranks)

@@ -8,9 +8,7 @@ namespace hvd {
 ResponseCache::ResponseCache(size_t capacity) : capacity_(capacity) {}
 
 bool ResponseCache::cacheable(const Response& r) {
-  return r.names.size() == 1 && r.error.empty() &&
-         (r.type == ResponseType::kAllreduce || r.type == ResponseType::kBroadcast ||
-          r.type == ResponseType::kReducescatter);
+  return r.names.size() == 1 && r.error.empty() && has_flag(r.type, op_flags::kCacheable);
 }
 
 ResponseCache::Lookup ResponseCache::lookup(const Request& q, uint32_t* position) const {
@@ -21,9 +19,9 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& q, uint32_t* position
   bool same = static_cast<uint8_t>(r.type) == static_cast<uint8_t>(q.type) && r.dtype == q.dtype &&
               r.shapes[0] == q.shape && r.device_kind == q.device.kind && r.group == q.group &&
               q.error.empty();
-  if (same && (q.type == RequestType::kAllreduce || q.type == RequestType::kReducescatter))
+  if (same && has_flag(q.type, op_flags::kReduces))
     same = r.reduce_op == q.reduce_op && r.prescale == q.prescale && r.postscale == q.postscale;
-  if (same && q.type == RequestType::kBroadcast) same = r.root == q.root;
+  if (same && has_flag(q.type, op_flags::kRooted)) same = r.root == q.root;
   return same ? Lookup::kHit : Lookup::kInvalid;
 }
 

@@ -12,6 +12,7 @@
 // ("train_cnn: error on rank R: ...").
 
 #include <cstdio>
+#include <csignal>
 #include <cstdlib>
 #include <exception>
 #include <string>
@@ -82,6 +83,12 @@ int main(int argc, char** argv) {
     report(where, e);
     std::_Exit(1);
   }
+  // Stopped and saved: a stop signal that comes now (the launcher's second SIGTERM, another rank's
+  // own signal a moment later) asks for what is already happening. Ignored until exit, so that it
+  // cannot turn the saved, requeueable exit 75 into a kill while the ranks shut down together (the
+  // trainer's handlers went with it).
+  if (status == hvd::kExitRequeue)
+    for (int sig : parsed.flags.stop_signals) std::signal(sig, SIG_IGN);
   try {
     hvd::shutdown();
   } catch (const std::exception& e) {

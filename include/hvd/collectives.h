@@ -64,6 +64,14 @@ Handle alltoall_async(TensorRef in, std::vector<int64_t> splits, const std::stri
 // Reduces over ranks, then rank r keeps its block of the first dimension: blocks as even as
 // possible, the first (rows % size) ranks one row larger.
 Handle reducescatter_async(TensorRef in, const std::string& name, ReduceOp op = ReduceOp::kAverage);
+// Point-to-point: `in` on this rank goes to `out` on rank `dst`, which calls recv(out, <this
+// rank>, tag). A send and a receive pair up by (sender, receiver, tag), in the order each rank
+// calls them (as MPI's do); sends with different tags, or to different ranks, may be in flight at
+// once. The receive buffer must have the sent dtype and shape: otherwise both ranks' operations
+// fail with one message (never truncated data). A send to itself, or to a rank that does not
+// exist, throws InvalidArgumentError at once. CPU tensors over MPI; CUDA tensors host-staged.
+Handle send_async(TensorRef in, int dst, int tag = 0);
+Handle recv_async(TensorRef out, int src, int tag = 0);
 inline void synchronize(Handle& h) { h.wait(); }
 
 // Blocking forms on a TensorRef: each is its ..._async() call followed by Handle::wait(), so it
@@ -97,6 +105,9 @@ Tensor alltoall(TensorRef in, std::vector<int64_t> splits, const std::string& na
                 std::vector<int64_t>* received_splits = nullptr);
 // This rank's block of the reduction (blocks as for reducescatter_async()).
 Tensor reducescatter(TensorRef in, const std::string& name, ReduceOp op = ReduceOp::kAverage);
+// send_async(...).wait(), recv_async(...).wait().
+void send(TensorRef in, int dst, int tag = 0);
+void recv(TensorRef out, int src, int tag = 0);
 // Returns once every rank that has not called join() has called barrier(). Calls from several
 // threads of one rank take turns.
 void barrier();

@@ -9,6 +9,7 @@
 #include "hvd/error.h"
 #include "hvd/loss_scaler.h"
 #include "hvd/prefetch.h"
+#include "hvd/process_set.h"
 #include "hvd/stop.h"
 #include "hvd/strategy.h"
 #include "hvd/tensor.h"

@@ -17,8 +17,10 @@ StagedOp::StagedOp(std::unique_ptr<CollectiveOp> inner, cuda::CudaContext& cuda,
 void StagedOp::execute(OpBatch& batch) {
   cuda_.activate();
   cudaStream_t s = cuda_.stream();
-  // What each entry stages: the input, except for broadcast, whose in/out tensor is `output`.
-  const bool bcast = batch.type == CollectiveType::kBroadcast;
+  // What each entry stages: the input, except for broadcast and send/recv, whose in/out tensor is
+  // `output` (a sender copies its unchanged bytes back: one path for both ends).
+  const bool bcast =
+      batch.type == CollectiveType::kBroadcast || batch.type == CollectiveType::kSendRecv;
   const bool copy_back = bcast || batch.type == CollectiveType::kAllreduce;
   std::vector<void*> streams;
   std::vector<int64_t> sizes;

@@ -73,6 +73,17 @@ class MpiAlltoall : public MpiOp {
   void execute(OpBatch& batch) override;
 };
 
+// One send or its receive, by the two ranks of the batch (root sends, peer receives; the executor
+// runs it on those two only): the bytes of the entry's tensor, in chunks of at most 1 GiB. The
+// runtime has checked that both ends agree on dtype and shape.
+class MpiSendRecv : public MpiOp {
+ public:
+  using MpiOp::MpiOp;
+  const char* name() const override { return "mpi_sendrecv"; }
+  CollectiveType type() const override { return CollectiveType::kSendRecv; }
+  void execute(OpBatch& batch) override;
+};
+
 class MpiReducescatter : public MpiOp {
  public:
   MpiReducescatter(const comm::MpiContext& ctx, FusionBuffer& buffer)

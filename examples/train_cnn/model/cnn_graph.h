@@ -247,19 +247,45 @@ class CnnGraph {
     const Views v = views(batch);
     ledger_.begin_step();
     hold(kInput, conv1_.input_size());
-    conv1_inner(v);
-    hold(kP1, pool1_.output_size());
-    pool1_.forward(v.a1, v.p1, batch);
-    if (recompute_.conv1) ledger_.drop(kA1);
-    conv2_inner(v);
-    hold(kP2, pool2_.output_size());
-    pool2_.forward(v.a2, v.p2, batch);
-    if (recompute_.conv2) ledger_.drop(kA2);
-    fc_inner(v);
-    hold(kLogits, fc2_.out_features());
-    fc2_.forward(v.h, v.z, batch);
-    if (recompute_.fc) ledger_.drop(kH);
+    for (int b = 0; b < kBlocks; ++b) forward_block(b, v);
     return loss_.forward(v.z, labels, batch);
+  }
+
+  // ---- Pipeline stages (examples/pipeline_cnn): the graph as kBlocks blocks, run a range at a
+  // time on one rank. Block 0: conv1, ReLU, pool1 (in: the images; out: p1); block 1: conv2, ReLU,
+  // pool2 (in: p1; out: p2); block 2: fc1, ReLU, fc2 (in: p2; out: the logits). forward() and
+  // backward() are the three blocks in a row, so a range's results are those of the whole graph.
+  static constexpr int kBlocks = 3;
+  // Values per image entering block b (1 or 2): what one stage sends the next, and (as its
+  // gradient) the next sends back.
+  int64_t boundary_size(int b) const {
+    return b == 1 ? pool1_.output_size() : pool2_.output_size();
+  }
+  // The activation entering block b (1 or 2) and its gradient, [batch, ...] (after reserve(batch)).
+  View boundary(int b, int batch) {
+    return L::view(b == 1 ? p1_ : p2_, floats(boundary_size(b), batch));
+  }
+  View boundary_grad(int b, int batch) {
+    return L::view(b == 1 ? d_p1_ : d_p2_, floats(boundary_size(b), batch));
+  }
+  // Forward of blocks first..last on batch images: `images` when first is 0, else boundary(first)
+  // as the caller filled it. The output is in boundary(last + 1), or the logits when last is 2.
+  void forward_blocks(int first, int last, ConstView images, int batch) {
+    batch_ = batch;
+    images_ = images;
+    const Views v = views(batch);
+    ledger_.begin_step();
+    if (first == 0) hold(kInput, conv1_.input_size());
+    for (int b = first; b <= last; ++b) forward_block(b, v);
+  }
+  // Backward of blocks last..first of the last forward_blocks(), adding into the bound gradients:
+  // from the loss when last is 2 (loss().forward() ran), else from boundary_grad(last + 1) as the
+  // caller filled it. Leaves the gradient of block first's input in boundary_grad(first) when first
+  // is not 0. on_grad_ready as for backward().
+  void backward_blocks(int first, int last, const std::function<void(size_t)>& on_grad_ready) {
+    const Views v = views(batch_);
+    if (last == kBlocks - 1) loss_.backward(v.dz);
+    for (int b = last; b >= first; --b) backward_block(b, v, on_grad_ready);
   }
 
   // The batch of the last forward(); -1 before the first.
@@ -274,38 +300,7 @@ class CnnGraph {
   // on_grad_ready(i) for each parameter once, 7, 6, ..., 0, as soon as the layer's backward that
   // makes gradient i final has been issued.
   void backward(const std::function<void(size_t)>& on_grad_ready) {
-    const int batch = batch_;
-    auto ready = [&](size_t weight_index) {
-      if (!on_grad_ready) return;
-      on_grad_ready(weight_index + 1);  // bias
-      on_grad_ready(weight_index);      // weight
-    };
-    // Each block: re-run its inner forward when it is recomputed, then its backward; an
-    // activation is dropped from the ledger after its last reader. The logits stay held (logits()).
-    const Views v = views(batch);
-    loss_.backward(v.dz);
-    if (recompute_.fc) fc_inner(v);
-    fc2_.backward(v.h, v.dz, v.dh, batch);
-    ready(6);
-    relu3_.backward(v.h, v.dh, v.dh, batch);
-    ledger_.drop(kH);
-    fc1_.backward(v.p2, v.dh, v.dp2, batch);
-    ready(4);
-    if (recompute_.conv2) conv2_inner(v);
-    pool2_.backward(v.a2, v.p2, v.dp2, v.da2, batch);
-    ledger_.drop(kP2);
-    relu2_.backward(v.a2, v.da2, v.da2, batch);
-    ledger_.drop(kA2);
-    conv2_.backward(v.p1, v.da2, v.dp1, batch);
-    ready(2);
-    if (recompute_.conv1) conv1_inner(v);
-    pool1_.backward(v.a1, v.p1, v.dp1, v.da1, batch);
-    ledger_.drop(kP1);
-    relu1_.backward(v.a1, v.da1, v.da1, batch);
-    ledger_.drop(kA1);
-    conv1_.backward(images_, v.da1, View{}, batch);  // no input gradient
-    ledger_.drop(kInput);
-    ready(0);
+    backward_blocks(0, kBlocks - 1, on_grad_ready);
   }
 
   const RecomputeBlocks& recompute() const { return recompute_; }
@@ -376,6 +371,71 @@ class CnnGraph {
             v(d_p2_, pool2_.output_size()),
             v(d_h_, fc1_.out_features()),
             v(d_logits_, fc2_.out_features())};
+  }
+
+  // Block b's forward: its inner forward, then its output (an activation is dropped from the ledger
+  // after its last reader; a recomputed block's inner activation after its block).
+  void forward_block(int b, const Views& v) {
+    switch (b) {
+      case 0:
+        conv1_inner(v);
+        hold(kP1, pool1_.output_size());
+        pool1_.forward(v.a1, v.p1, batch_);
+        if (recompute_.conv1) ledger_.drop(kA1);
+        return;
+      case 1:
+        conv2_inner(v);
+        hold(kP2, pool2_.output_size());
+        pool2_.forward(v.a2, v.p2, batch_);
+        if (recompute_.conv2) ledger_.drop(kA2);
+        return;
+      default:
+        fc_inner(v);
+        hold(kLogits, fc2_.out_features());
+        fc2_.forward(v.h, v.z, batch_);
+        if (recompute_.fc) ledger_.drop(kH);
+        return;
+    }
+  }
+  // Block b's backward: re-run its inner forward when it is recomputed, then its backward. The
+  // logits stay held (logits()).
+  void backward_block(int b, const Views& v, const std::function<void(size_t)>& on_grad_ready) {
+    const int batch = batch_;
+    auto ready = [&](size_t weight_index) {
+      if (!on_grad_ready) return;
+      on_grad_ready(weight_index + 1);  // bias
+      on_grad_ready(weight_index);      // weight
+    };
+    switch (b) {
+      case 2:
+        if (recompute_.fc) fc_inner(v);
+        fc2_.backward(v.h, v.dz, v.dh, batch);
+        ready(6);
+        relu3_.backward(v.h, v.dh, v.dh, batch);
+        ledger_.drop(kH);
+        fc1_.backward(v.p2, v.dh, v.dp2, batch);
+        ready(4);
+        return;
+      case 1:
+        if (recompute_.conv2) conv2_inner(v);
+        pool2_.backward(v.a2, v.p2, v.dp2, v.da2, batch);
+        ledger_.drop(kP2);
+        relu2_.backward(v.a2, v.da2, v.da2, batch);
+        ledger_.drop(kA2);
+        conv2_.backward(v.p1, v.da2, v.dp1, batch);
+        ready(2);
+        return;
+      default:
+        if (recompute_.conv1) conv1_inner(v);
+        pool1_.backward(v.a1, v.p1, v.dp1, v.da1, batch);
+        ledger_.drop(kP1);
+        relu1_.backward(v.a1, v.da1, v.da1, batch);
+        ledger_.drop(kA1);
+        conv1_.backward(images_, v.da1, View{}, batch);  // no input gradient
+        ledger_.drop(kInput);
+        ready(0);
+        return;
+    }
   }
 
   // The ledger holds per_sample values of the current batch in slot.

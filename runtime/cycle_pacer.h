@@ -1,0 +1,51 @@
+#pragma once
+
+// The pace of the background thread's cycles: when the next cycle starts after one ends. A cycle
+// starts at once when a user thread is blocked on requests the last cycle popped; otherwise after
+// HVD_CYCLE_TIME, or sooner once requests are waiting and the fusion window (HVD_FUSION_WINDOW)
+// has closed on their burst (cycle_pacer.cc has the reasons and the measurements). It reads the
+// queues of every process set this rank is a member of (runtime/process_set.h) and the wake signal
+// (runtime/handle.h) that submissions and waits raise.
+//
+// Threading: the background thread only (the queues it reads take their own locks).
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "runtime/handle.h"
+#include "runtime/process_set.h"
+#include "runtime/tensor_queue.h"
+
+namespace hvd {
+
+class CyclePacer {
+ public:
+  using Sets = std::vector<std::shared_ptr<ProcessSetState>>;  // by id; null: removed
+  // `sets`, `wake` and `stopping` (a shutdown was requested: return at once) must outlive the
+  // pacer. `one_rank`: a job of one rank, whose idle background thread sleeps until a submission.
+  CyclePacer(const Sets& sets, detail::WakeSignal& wake, const std::atomic<bool>& stopping,
+             double cycle_ms, double fusion_window_us, bool one_rank);
+
+  // After a cycle (`waited`: a user thread was blocked on requests it popped; `worked`: it ran an
+  // operation): returns when the next cycle should start.
+  void pace(bool waited, bool worked);
+
+ private:
+  using clock = std::chrono::steady_clock;
+  bool next_cycle_now(bool waited) const;
+  void wait_for_work(clock::time_point next_cycle, bool worked);
+  // The sets' queues together (one set: its queue's own answer).
+  TensorQueue::Waiting waiting() const;
+  bool holds_only_popped() const;
+  size_t queued() const;
+
+  const Sets& sets_;
+  detail::WakeSignal& wake_;
+  const std::atomic<bool>& stopping_;
+  const clock::duration cycle_, window_;
+  const bool one_rank_;
+};
+
+}  // namespace hvd

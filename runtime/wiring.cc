@@ -1,0 +1,192 @@
+// How the runtime is put together from its Config: MPI's initialisation, the global set's
+// communicators, what every process set shares (GPU backend, copy helpers, watchdog, timeline) and
+// the options each set's controller and stall inspector are built with (runtime/process_set.cc).
+// The Runtime's lifecycle itself is runtime/runtime.cc.
+#include <cstdlib>
+
+#include "cluster/env_resolver.h"
+#include "common/backoff.h"
+#include "common/logging.h"
+#include "hvd/config.h"
+#include "hvd/error.h"
+#include "runtime/group_unit.h"
+#include "runtime/runtime.h"
+
+namespace hvd {
+namespace {
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
+  }
+  return "unknown";
+}
+
+int fake_local_size_from_env() {
+  // Test hook: split the world into fake nodes of N consecutive ranks (hierarchical tests).
+  const char* v = std::getenv("HVD_TEST_FAKE_LOCAL_SIZE");
+  return v ? std::atoi(v) : 0;
+}
+
+// Cross-checks the launcher's view (Open MPI, MPICH/PMI or SLURM variables) against MPI's.
+void check_placement(const comm::MpiTopology& t) {
+  try {
+    if (auto env = cluster::resolve_placement(process_env_lookup());
+        env && fake_local_size_from_env() == 0) {
+      std::string mismatch =
+          cluster::describe_mismatch(*env, t.rank, t.size, t.local_rank, t.local_size);
+      if (!mismatch.empty()) HVD_LOG(Warning) << mismatch;
+    }
+  } catch (const std::exception& e) {
+    HVD_LOG(Warning) << "could not read the launcher's placement variables: " << e.what();
+  }
+}
+
+}  // namespace
+
+// MPI (unless the program initialised it) and the global set's communicators.
+void Runtime::build_world() {
+  const int provided = init_mpi();
+  thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  std::vector<int> everyone(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) everyone[static_cast<size_t>(r)] = r;
+  fake_local_size_ = fake_local_size_from_env();
+  world_ = std::make_shared<ProcessSetState>(0, std::move(everyone), rank, MPI_COMM_WORLD,
+                                             fake_local_size_);
+  set_log_rank(rank);
+  if (provided < MPI_THREAD_MULTIPLE)
+    HVD_LOG(Warning) << "MPI provides " << thread_level_name(provided)
+                     << ": do not make MPI calls on other threads while hvd is running.";
+  check_placement(topology());
+}
+
+int Runtime::init_mpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (finalized)
+    throw InvalidArgumentError(
+        "hvd::init() failed: MPI has already been finalised in this process, and MPI cannot be "
+        "initialised twice. Call hvd::init() before MPI_Finalize (and once per process).");
+  int provided = 0;
+  if (!initialized) {
+    // Ranks share cores with the trainer's compute threads (and with each other when
+    // oversubscribed): let Open MPI's progress loop yield the core while it waits. A value the
+    // user or the launcher set is kept.
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+    owns_mpi_ = true;
+  } else {
+    MPI_CHECK(MPI_Query_thread(&provided));
+  }
+  if (provided < MPI_THREAD_SERIALIZED)
+    throw InvalidArgumentError(
+        std::string("hvd::init() failed: MPI was initialised with ") + thread_level_name(provided) +
+        ", but hvd's background thread makes MPI calls. Initialise MPI with "
+        "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let hvd::init() do it.");
+  return provided;
+}
+
+// The GPU assignment, the GPU contexts and the copy helpers, which every set's ops use.
+void Runtime::build_operations() {
+  const auto& topo = topology();
+  const cluster::GpuAssignmentInput gin{topo.local_rank, topo.local_size,
+                                        ops::GpuBackend::visible_devices()};
+  gpu_ = cluster::assign_gpu(gin, process_env_lookup());
+  HVD_LOG(Debug) << "GPU: " << cluster::to_string(gpu_, gin);
+  if (gpu_.device >= 0 && !gpu_.note.empty()) HVD_LOG(Warning) << gpu_.note;
+  // NCCL communicators are collective: every rank must take the same decision.
+  int shared = gpu_.shared ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_LOR, world_->mpi().world()));
+  ops::GpuBackendOptions go;
+  go.device = gpu_.device;
+  go.use_nccl = config_.gpu_operations != "MPI" && !shared;
+  go.finalizer_poll_us = wait_poll_us(config_.wait_poll_us, topo.cores_per_rank,
+                                      /*threads_per_rank=*/3);
+  go.async_completion = config_.async_completion;
+  if (gpu_.device >= 0 && config_.gpu_operations != "MPI" && shared && topo.rank == 0)
+    HVD_LOG(Warning)
+        << "several ranks share a GPU: CUDA tensors go through host-staged MPI instead of NCCL.";
+  gpu_backend_ = std::make_unique<ops::GpuBackend>(world_->mpi(), go);
+#if HVD_HAVE_NCCL
+  // The NCCL path compresses fp16 only, so its CUDA tensors stay uncompressed under bf16.
+  if (parse_compression(config_.compression) == Compression::kBf16 && topo.rank == 0 &&
+      ops::GpuBackend::visible_devices() > 0)
+    HVD_LOG(Warning)
+        << "HVD_COMPRESSION=bf16: CUDA tensors reduced by NCCL are not compressed (the NCCL path "
+           "implements fp16 only); CPU tensors and host-staged CUDA tensors "
+           "(HVD_GPU_OPERATIONS=MPI) travel as bf16.";
+#endif
+  // HVD_COPY_THREADS: helpers for the host fusion buffer's copies, where this rank has spare cores
+  // (a GPU rank keeps one more for its finalizer).
+  const int helpers =
+      ops::copy_helpers(config_.copy_threads, topo.cores_per_rank, gpu_.device >= 0 ? 3 : 2);
+  copy_workers_ = std::make_unique<ops::CopyWorkers>(helpers);
+  HVD_LOG(Debug) << "cores this rank counts as its own: " << topo.cores_per_rank
+                 << "; HVD_COPY_THREADS: " << helpers << " helper thread(s) for host copies";
+}
+
+// The timeline (rank 0), the watchdog, and the options of every set's controller and stall
+// inspector (runtime/process_set.h builds them).
+void Runtime::build_controller(PeerLossHandler on_peer_loss) {
+  StallOptions so;
+  so.check_seconds = config_.stall_check_time_seconds;
+  so.shutdown_seconds = config_.stall_shutdown_time_seconds;
+  so.disabled = config_.stall_check_disable;
+  ControllerOptions co;
+  co.fast_path_patience_seconds = StallInspector(so).fast_path_patience_seconds();
+  if (topology().rank == 0 && !config_.timeline_path.empty())
+    timeline_ = std::make_unique<Timeline>(config_.timeline_path, config_.timeline_mark_cycles);
+  co.fusion_threshold_bytes = config_.fusion_threshold_bytes;
+  co.peer_timeout_seconds = config_.peer_timeout_seconds;
+  co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
+  co.lanes = config_.cached_lanes;
+  if (timeline_)
+    // A group unit that goes the slow way becomes its members: its row's NEGOTIATE span ends, and
+    // each member's row takes it over (runtime/group_unit.h).
+    co.on_unit_expanded = [t = timeline_.get()](const std::string& group, int32_t members) {
+      t->end(group, "NEGOTIATE");
+      std::string member;
+      for (int32_t i = 0; i < members; ++i) {
+        group_unit::member_name(group, static_cast<size_t>(i), &member);
+        t->begin(member, "NEGOTIATE");
+      }
+    };
+  comm::WatchdogOptions wo;
+  wo.peer_timeout_seconds = config_.peer_timeout_seconds;
+  wo.action = comm::parse_peer_loss_action(config_.on_peer_loss);
+  wo.handler = std::move(on_peer_loss);
+  watchdog_ = std::make_unique<comm::Watchdog>(world_->mpi().world(), topology().rank,
+                                               topology().size, thread_multiple_, wo);
+  if (watchdog_->probes()) {
+    // Before blaming rank 0 for silence, ask its watchdog whether it is alive (then it is only
+    // busy, e.g. stuck with the really lost rank, and will name it).
+    co.unresponsive = [w = watchdog_.get()](const std::vector<int>& r) { return w->probe(r); };
+    co.announce_lost = [w = watchdog_.get()](const std::vector<int>& l) { w->announce_lost(l); };
+  }
+  shared_.config = &config_;
+  shared_.fusion_buffer = &fusion_buffer_;
+  shared_.copy_workers = copy_workers_.get();
+  shared_.gpu = gpu_backend_.get();
+  shared_.watchdog = watchdog_.get();
+  shared_.timeline = timeline_.get();
+  shared_.controller = std::move(co);
+  shared_.stall = so;
+  const auto& topo = topology();
+  HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local "
+                 << topo.local_rank << "/" << topo.local_size << ", cross " << topo.cross_rank
+                 << "/" << topo.cross_size
+                 << (topo.homogeneous ? ", homogeneous" : ", not homogeneous");
+}
+
+}  // namespace hvd

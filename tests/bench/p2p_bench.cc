@@ -1,0 +1,143 @@
+// The cost of send/recv and of a process set's collective (hvd/process_set.h), against raw MPI on
+// the same ranks, measured in one process in interleaved rounds:
+//  1. ping-pong between ranks 0 and 1 (hvd::send then hvd::recv, and back), per size: the median
+//     round trip over `--iters`, hvd against MPI_Send/MPI_Recv on a duplicate of MPI_COMM_WORLD;
+//  2. with 3 ranks or more: an all-reduce over the process set {0, 1} (the other ranks idle), the
+//     median time per call, hvd against MPI_Allreduce on a communicator of ranks 0 and 1.
+// Every received value is checked ("wrong values: 0" at the end; anything else fails the run).
+//
+//   mpirun --oversubscribe --bind-to none -np 3 build/tests/bench/p2p_bench --rounds 5
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "hvd/hvd.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int iters = 200;
+  int rounds = 5;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+long g_wrong = 0;
+
+// One ping-pong round of `iters` trips between ranks 0 and 1 of `n` floats; returns the median
+// trip in microseconds (rank 0; the others return 0).
+template <class Send, class Recv>
+double pingpong(int iters, std::vector<float>& buf, Send&& send, Recv&& recv) {
+  const int me = hvd::rank();
+  std::vector<double> trips;
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    if (me == 0) {
+      std::fill(buf.begin(), buf.end(), static_cast<float>(i));
+      send(1);
+      recv(1);
+      if (buf.front() != static_cast<float>(i + 1) || buf.back() != static_cast<float>(i + 1))
+        ++g_wrong;
+    } else if (me == 1) {
+      recv(0);
+      if (buf.front() != static_cast<float>(i) || buf.back() != static_cast<float>(i)) ++g_wrong;
+      std::fill(buf.begin(), buf.end(), static_cast<float>(i + 1));
+      send(0);
+    }
+    trips.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  return me == 0 ? median(trips) : 0.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const int v = std::atoi(argv[i + 1]);
+    if (a == "--iters") o.iters = std::max(1, v);
+    if (a == "--rounds") o.rounds = std::max(1, v);
+  }
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  hvd::init();
+  MPI_Comm raw;
+  MPI_Comm_dup(MPI_COMM_WORLD, &raw);
+  const int me = hvd::rank(), n = hvd::size();
+  if (n < 2) {
+    if (me == 0) std::printf("p2p_bench needs 2 ranks\nwrong values: 0\n");
+    hvd::shutdown();
+    MPI_Finalize();
+    return 0;
+  }
+  for (const int64_t bytes : {int64_t{4}, int64_t{64} << 10, int64_t{1} << 20, int64_t{16} << 20}) {
+    std::vector<float> buf(static_cast<size_t>(bytes / 4));
+    const hvd::TensorRef t = hvd::as_tensor(std::span<float>(buf));
+    std::vector<double> h, m;
+    for (int r = 0; r < o.rounds; ++r) {
+      h.push_back(pingpong(
+          o.iters, buf, [&](int peer) { hvd::send(t, peer); },
+          [&](int peer) { hvd::recv(t, peer); }));
+      m.push_back(pingpong(
+          o.iters, buf,
+          [&](int peer) { MPI_Send(buf.data(), static_cast<int>(bytes), MPI_BYTE, peer, 0, raw); },
+          [&](int peer) {
+            MPI_Recv(buf.data(), static_cast<int>(bytes), MPI_BYTE, peer, 0, raw,
+                     MPI_STATUS_IGNORE);
+          }));
+    }
+    if (me == 0)
+      std::printf("send/recv round trip %9lld B: hvd %9.1f us, MPI %9.1f us, ratio %.2f\n",
+                  static_cast<long long>(bytes), median(h), median(m), median(h) / median(m));
+  }
+  if (n >= 3) {
+    hvd::ProcessSet pair = hvd::add_process_set({0, 1});
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, me <= 1 ? 0 : MPI_UNDEFINED, me, &sub);
+    std::vector<double> h, m;
+    std::vector<float> v(1);
+    for (int r = 0; r < o.rounds && me <= 1; ++r) {
+      std::vector<double> th, tm;
+      for (int i = 0; i < o.iters; ++i) {
+        v[0] = static_cast<float>(me + i);
+        auto t0 = Clock::now();
+        pair.allreduce(hvd::as_tensor(std::span<float>(v)), "bench.pair", hvd::ReduceOp::kSum);
+        th.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        if (v[0] != static_cast<float>(1 + 2 * i)) ++g_wrong;
+        v[0] = static_cast<float>(me + i);
+        t0 = Clock::now();
+        MPI_Allreduce(MPI_IN_PLACE, v.data(), 1, MPI_FLOAT, MPI_SUM, sub);
+        tm.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+        if (v[0] != static_cast<float>(1 + 2 * i)) ++g_wrong;
+      }
+      h.push_back(median(th));
+      m.push_back(median(tm));
+    }
+    if (me == 0)
+      std::printf(
+          "process set {0, 1} of %d ranks, 4 B all-reduce: hvd %.1f us, MPI on a "
+          "communicator of the two %.1f us, ratio %.2f\n",
+          n, median(h), median(m), median(h) / median(m));
+    if (sub != MPI_COMM_NULL) MPI_Comm_free(&sub);
+    hvd::remove_process_set(pair);
+  }
+  long wrong = g_wrong;
+  MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, raw);
+  if (me == 0) std::printf("wrong values: %ld\n", wrong);
+  MPI_Comm_free(&raw);
+  hvd::shutdown();
+  MPI_Finalize();
+  return wrong == 0 ? 0 : 1;
+}
