@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "cluster/host_name.h"
 #include "hvd/error.h"
 
 namespace hvd::cluster {
@@ -51,6 +52,9 @@ std::vector<HostSlots> parse_hostfile(const std::string& text, const std::string
     HostSlots hs{words[0], 1};
     if (hs.host.find('=') != std::string::npos)
       fail("'" + hs.host + "' is not a host name (a line starts with the host)");
+    if (std::string problem = host_name_problem(hs.host); !problem.empty())
+      throw InvalidArgumentError("hostfile " + source + " line " + std::to_string(line_no) + ": " +
+                                 problem + ".");
     int max_slots = -1;
     bool have_slots = false;
     for (size_t i = 1; i < words.size(); ++i) {
@@ -97,7 +101,7 @@ std::vector<HostSlots> parse_host_spec(const std::string& spec) {
   std::vector<HostSlots> hosts;
   std::set<std::string> seen_hosts;
   auto fail = [&](const std::string& why) -> void {
-    throw InvalidArgumentError("invalid host spec '" + spec + "': " + why +
+    throw InvalidArgumentError("invalid -H host spec '" + spec + "': " + why +
                                " (expected HOST[:SLOTS],... such as 'a:2,b:4').");
   };
   if (spec.find_first_not_of(" \t") == std::string::npos) fail("no hosts given");
@@ -110,16 +114,23 @@ std::vector<HostSlots> parse_host_spec(const std::string& spec) {
     item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
     if (item.empty()) fail("empty entry at position " + std::to_string(pos));
     HostSlots hs{item, 1};
-    if (auto colon = item.rfind(':'); colon != std::string::npos) {
+    // The slot count follows the last ':', or the ']' of a bracketed IPv6 address ("[fe80::1]:2").
+    const size_t close = item[0] == '[' ? item.find(']') : std::string::npos;
+    const size_t colon = close != std::string::npos
+                             ? (close + 1 < item.size() ? close + 1 : std::string::npos)
+                             : item.rfind(':');
+    if (colon != std::string::npos) {
       hs.host = item.substr(0, colon);
+      if (item[colon] != ':')
+        fail("'" + item.substr(colon) + "' after host '" + hs.host + "' is not ':SLOTS'");
       std::string value = item.substr(colon + 1);
       hs.slots = parse_slots(value);
       if (hs.slots < 0)
         fail("slots '" + value + "' of host '" + hs.host + "' is not a positive integer");
     }
     if (hs.host.empty()) fail("missing host name in '" + item + "'");
-    if (hs.host.find_first_of(" \t") != std::string::npos)
-      fail("host name '" + hs.host + "' contains a blank");
+    if (std::string problem = host_name_problem(hs.host); !problem.empty())
+      throw InvalidArgumentError("invalid -H host spec '" + spec + "': " + problem + ".");
     if (!seen_hosts.insert(hs.host).second)
       fail("host '" + hs.host + "' is listed twice; give it once with the total slots");
     hosts.push_back(std::move(hs));

@@ -11,7 +11,11 @@
 // Blank lines are ignored. A duplicate host, an unknown key, a slot count that is not a positive
 // integer or a stray word is an error naming the file and the 1-based line number.
 //
-// Host spec (-H): "a:2,b:4,c" -> a with 2 slots, b with 4, c with 1. Duplicates are errors.
+// Host spec (-H): "a:2,b:4,c" -> a with 2 slots, b with 4, c with 1. Duplicates are errors; an
+// IPv6 address keeps its brackets ("[fe80::1]:2").
+//
+// Every host must be a host name (cluster/host_name.h): a line or an entry with "node1;id" is
+// refused, naming the host and the character (and the file and line, or the -H spec).
 //
 // Order is kept as written: rank blocks are assigned host by host in this order.
 // Pure functions; thread-safe. Errors are hvd::InvalidArgumentError.

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "cluster/host_name.h"
 #include "hvd/error.h"
 
 namespace hvd::cluster {
@@ -157,6 +158,8 @@ std::vector<std::string> expand_hostlist(const std::string& hostlist) {
       std::string name;
       name.reserve(len);
       for (size_t p = 0; p < parts.size(); ++p) name += parts[p][idx[p]];
+      if (std::string problem = host_name_problem(name); !problem.empty())
+        fail(what, hostlist, entry_start, problem);
       hosts.push_back(std::move(name));
       for (size_t p = parts.size(); p-- > 0;) {
         if (++idx[p] < parts[p].size()) break;

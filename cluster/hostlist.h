@@ -12,6 +12,8 @@
 //    de-duplicated: the i-th name pairs with the i-th task count and SLURM_NODEID i.
 //  - Zero padding is kept: the width of a range is the number of digits of its lower bound
 //    ("[01-10]" -> 01..10, "[9-11]" -> 9 10 11), as in SLURM's hostlist.c.
+//  - Every name must be a host name (cluster/host_name.h): "n[1-2];x" is refused, naming the
+//    entry's position, the name and the character.
 //  - Malformed input throws hvd::InvalidArgumentError naming the input, the 0-based character
 //    position and what was expected there. An empty (or all-blank) string is an empty list.
 //  - Expansion is bounded (kMaxExpandedHosts names, 64 MiB of names in all) so that a hostile

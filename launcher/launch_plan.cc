@@ -164,6 +164,7 @@ void mpirun_command(const LaunchOptions& o, const LaunchEnvironment& env,
                 "rmaps_base_mapping_policy"))
     a.insert(a.end(), {"--map-by", "slot"});
   if (o.oversubscribe) a.push_back("--oversubscribe");
+  if (!o.output_filename.empty()) a.insert(a.end(), {"--output-filename", o.output_filename});
   if (!o.network_interface.empty()) {
     a.insert(a.end(), {"--mca", "btl_tcp_if_include", o.network_interface});
     a.insert(a.end(), {"--mca", "oob_tcp_if_include", o.network_interface});
@@ -189,6 +190,14 @@ void srun_command(const LaunchOptions& o, const std::vector<std::string>& user_a
   }
   if (!mentions(user_args, {"cpu-bind", "cpu_bind"}, "")) a.push_back("--cpu-bind=none");
   if (o.oversubscribe) a.push_back("--overcommit");
+  if (!o.output_filename.empty()) {
+    // srun's file names are patterns: %t is the task (rank), a literal '%' is written "%%".
+    std::string dir;
+    for (char c : o.output_filename) dir += c == '%' ? std::string("%%") : std::string(1, c);
+    a.push_back("--output=" + dir + "/rank.%t.stdout");
+    a.push_back("--error=" + dir + "/rank.%t.stderr");
+    plan.create_directory = o.output_filename;
+  }
   plan.env = vars.set;
   if (!o.network_interface.empty()) {
     plan.env.emplace_back("OMPI_MCA_btl_tcp_if_include", o.network_interface);

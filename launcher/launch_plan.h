@@ -16,6 +16,9 @@
 //    NCCL_*, HVD_* and HOROVOD_* variable of the caller is forwarded with `-x NAME` (a flag wins
 //    over the caller's variable of the same meaning). With srun they are set in srun's own
 //    environment instead, which srun propagates.
+//  - --output-filename DIR: mpirun gets `--output-filename DIR` (DIR/1/rank.N/stdout and stderr,
+//    the output still copied to hvdrun's own); srun gets `--output=DIR/rank.%t.stdout
+//    --error=DIR/rank.%t.stderr` and hvdrun creates DIR first.
 //  - As root (and only then) OMPI_ALLOW_RUN_AS_ROOT=1 and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set
 //    in mpirun's environment.
 //
@@ -41,6 +44,7 @@ struct LaunchOptions {
   std::string launcher = "mpirun";      // mpirun | srun
   std::string mpi_args;                 // --mpi-args "...", split like a shell would
   std::string network_interface;        // --network-interface IF
+  std::string output_filename;          // --output-filename DIR: one log per rank under DIR
   bool oversubscribe = false;
   // Tuning flags as given: registry variable name ("HVD_CYCLE_TIME") -> flag value ("1" for a
   // bool flag). Validated and scaled by the plan.
@@ -62,6 +66,9 @@ struct LaunchPlan {
   std::string hosts_from;                 // "-H", "--hostfile", "SLURM allocation", "localhost"
   int num_proc = 0;
   size_t command_index = 0;  // argv[command_index] is the user's program
+  // A directory hvdrun creates before it starts the launcher (srun with --output-filename: SLURM
+  // does not create the directories of --output; mpirun creates its own). "" for none.
+  std::string create_directory;
 };
 
 LaunchPlan build_launch_plan(const LaunchOptions& options, const LaunchEnvironment& env);

@@ -7,7 +7,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <string>
+#include <system_error>
 
 #include "hvd/config.h"
 #include "hvd/error.h"
@@ -121,6 +124,17 @@ int main(int argc, char** argv) {
       std::cerr << "hvdrun: error: program '" << program << "' not found or not executable: "
                 << "check the path and its execute permission.\n";
     return 127;
+  }
+  if (!plan.create_directory.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(plan.create_directory, ec);
+    if (ec || !std::filesystem::is_directory(plan.create_directory)) {
+      std::cerr << "hvdrun: error: cannot create the --output-filename directory '"
+                << plan.create_directory
+                << "': " << (ec ? ec.message() : std::string("a file of that name exists"))
+                << ".\n";
+      return 2;
+    }
   }
   if (cl.verbose) std::cerr << "hvdrun: " << format_command(plan) << "\n";
   // mpirun runs as a supervised child (exec.h supervise_job: a job that lost a node is ended 10 s

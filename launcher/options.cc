@@ -88,6 +88,11 @@ struct Descriptions {
         "min-np", po::value<std::string>()->value_name("M"),
         "Never restart with fewer than M ranks (--restarts): stop with the job's status "
         "instead. Default: 1.");
+    groups[kLogging]->add_options()(
+        "output-filename", po::value<std::string>()->value_name("DIR"),
+        "One log per rank under DIR, as mpirun --output-filename: DIR/1/rank.N/stdout and "
+        "stderr (the output still shows here too). With srun: DIR/rank.N.stdout and .stderr. "
+        "DIR must be where every node can write it (a shared file system).");
     groups[kLauncher]->add_options()(
         "launcher", po::value<std::string>()->value_name("mpirun|srun")->default_value("mpirun"),
         "Start ranks with mpirun (Open MPI; HVD_MPIRUN overrides the binary) or with "
@@ -224,6 +229,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
   cl.launch.network_interface = str("network-interface");
   if (vm.count("network-interface") && cl.launch.network_interface.empty())
     throw InvalidArgumentError("--network-interface needs an interface name, e.g. eth0.");
+  cl.launch.output_filename = str("output-filename");
+  if (vm.count("output-filename") && cl.launch.output_filename.empty())
+    throw InvalidArgumentError("--output-filename needs a directory, e.g. --output-filename logs.");
   cl.launch.oversubscribe = flag("oversubscribe");
   if (vm.count("stop-grace"))
     cl.stop_grace_seconds =

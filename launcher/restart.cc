@@ -255,6 +255,9 @@ int run_supervised(const LaunchOptions& options, const LaunchEnvironment& env, L
     next.hosts = cluster::format_host_spec(decision.hosts);
     next.hostfile.clear();
     next.num_proc = std::to_string(decision.num_proc);
+    // Each attempt logs to its own folder: mpirun would overwrite the lost attempt's logs.
+    if (!options.output_filename.empty())
+      next.output_filename = options.output_filename + "/restart." + std::to_string(attempt);
     try {
       plan = build_launch_plan(next, env);
     } catch (const hvd::Error& e) {

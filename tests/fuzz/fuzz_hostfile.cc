@@ -2,6 +2,7 @@
 //
 // Properties checked on every accepted input:
 //  - host names are non-empty, unique, free of blanks, '#' and '='; slots in [1, 2^20];
+//  - every host passes the host-name rule (cluster/host_name.h) that -H and SLURM lists use;
 //  - writing the hosts back as "HOST slots=N" lines parses to the same list;
 //  - total_slots is the sum of the slots (no overflow for these bounds).
 
@@ -10,6 +11,7 @@
 #include <set>
 #include <string>
 
+#include "cluster/host_name.h"
 #include "cluster/hostfile.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -24,6 +26,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       HVD_FUZZ_CHECK(!h.host.empty(), "empty host");
       HVD_FUZZ_CHECK(h.host.find_first_of(" \t\r\n#=") == std::string::npos,
                      "host '" + h.host + "'");
+      HVD_FUZZ_CHECK(hvd::cluster::host_name_problem(h.host).empty(), "host '" + h.host + "'");
       HVD_FUZZ_CHECK(h.slots >= 1 && h.slots <= (1 << 20), std::to_string(h.slots));
       HVD_FUZZ_CHECK(seen.insert(h.host).second, "duplicate host '" + h.host + "' accepted");
       text += h.host + " slots=" + std::to_string(h.slots) + "\n";

@@ -2,6 +2,7 @@
 //
 // Properties checked on every accepted input:
 //  - at most kMaxExpandedHosts names, none empty, none containing a separator or a bracket;
+//  - every name passes the host-name rule (cluster/host_name.h) that -H and hostfiles use;
 //  - the expansion is a fixed point: the names joined with ',' expand to the same list (checked
 //    for expansions of up to 10,000 names).
 
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cluster/host_name.h"
 #include "cluster/hostlist.h"
 #include "tests/fuzz/fuzz_common.h"
 
@@ -21,6 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& h : hosts) {
       HVD_FUZZ_CHECK(!h.empty(), "empty host name");
       HVD_FUZZ_CHECK(h.find_first_of(",[] \t\r\n") == std::string::npos, "name '" + h + "'");
+      HVD_FUZZ_CHECK(hvd::cluster::host_name_problem(h).empty(), "name '" + h + "'");
       if (!joined.empty()) joined += ',';
       joined += h;
     }

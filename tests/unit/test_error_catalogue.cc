@@ -9,9 +9,12 @@
 #include <optional>
 #include <string>
 
+#include "cluster/env_resolver.h"
 #include "cluster/gpu_assignment.h"
+#include "cluster/hostfile.h"
 #include "hvd/error.h"
 #include "tests/unit/error_catalogue_gtest.h"
+#include "tests/unit/test_util.h"
 
 namespace hvdtest {
 namespace {
@@ -145,6 +148,32 @@ TEST(ErrorCatalogue, CheckCudaTensorSaysItsPrefixOnce) {
               0u)
         << m;
     EXPECT_EQ(repeated_prefix(m), "") << m;
+  }
+}
+
+// Issue 39 (6): a bad host name, as each path that reads host names reports it, matches its row
+// (hvdrun prints it after "hvdrun: error: "); so do hvdrun's --output-filename messages
+// (tests/unit/test_launcher_cli.cc checks that hvdrun says exactly these).
+TEST(ErrorCatalogue, HostNameErrorsOfEveryPath) {
+  using hvd::cluster::parse_host_spec;
+  std::vector<std::string> messages;
+  for (const std::string bad : {"node1;id", "-n1", "a..b", "10.0.0.256", "[1:::2]"}) {
+    messages.push_back(error_of([&] { parse_host_spec("ok," + bad + ":2"); }));
+    messages.push_back(
+        error_of([&] { hvd::cluster::parse_hostfile(bad + " slots=2\n", "h.txt"); }));
+    if (bad[0] == '[') continue;  // brackets are SLURM's ranges
+    messages.push_back(error_of([&] {
+      hvd::cluster::slurm_allocation(fake_env({{"SLURM_JOB_ID", "1"},
+                                               {"SLURM_JOB_NODELIST", "n1," + bad},
+                                               {"SLURM_TASKS_PER_NODE", "1(x2)"}}));
+    }));
+  }
+  messages.push_back("--output-filename needs a directory, e.g. --output-filename logs.");
+  messages.push_back(
+      "hvdrun: error: cannot create the --output-filename directory '/x/y': Permission denied.");
+  for (const std::string& m : messages) {
+    ASSERT_FALSE(m.empty());
+    EXPECT_EQ(catalogue_mismatch(catalogue(), m), "");
   }
 }
 

@@ -97,6 +97,16 @@ TEST(CommandLine, TuningFlagsComeFromTheRegistry) {
   EXPECT_TRUE(parse_command_line({"p"}).launch.tuning.empty());
 }
 
+TEST(CommandLine, OutputFilename) {
+  EXPECT_EQ(parse_command_line({"--output-filename", "logs", "p"}).launch.output_filename, "logs");
+  EXPECT_EQ(parse_command_line({"-output-filename=l2", "p"}).launch.output_filename, "l2");
+  EXPECT_EQ(parse_command_line({"p", "--output-filename", "x"}).launch.output_filename, "");
+  EXPECT_EQ(error_of([] {
+              parse_command_line({"--output-filename", "", "p"});
+            }),
+            "--output-filename needs a directory, e.g. --output-filename logs.");
+}
+
 TEST(CommandLine, ErrorsNameTheOption) {
   EXPECT_NE(error_of([] {
               parse_command_line({"--no-such-flag", "p"});
@@ -159,6 +169,8 @@ TEST(CommandLine, HelpIsGroupedAndListsEveryTuningFlag) {
                         "--network-interface",
                         "--oversubscribe",
                         "--launcher",
+                        "--output-filename DIR",
+                        "One log per rank under DIR",
                         "Fault tolerance arguments",
                         "--stop-grace SECONDS",
                         "--restarts N",
@@ -257,6 +269,65 @@ TEST(HvdrunBinary, DryRunErrorsExitNonZeroWithOneLine) {
   r = run_hvdrun({"--dry-run", "-np", "1", "--cycle-time-ms", "x", "prog"}, kCleanEnv);
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.output.find("--cycle-time-ms='x'"), std::string::npos) << r.output;
+}
+
+// The examples: refused before anything starts, in one line, naming the host, the
+// character and where it came from.
+TEST(HvdrunBinary, BadHostNamesAreRefusedAtOnce) {
+  RunResult r = run_hvdrun({"--dry-run", "-np", "2", "-H", "node1;id:2", "./a.out"}, kCleanEnv);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("hvdrun: error: invalid -H host spec 'node1;id:2': host name "
+                           "'node1;id' has ';' at character 6",
+                           0),
+            0u)
+      << r.output;
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+
+  const std::string path = ::testing::TempDir() + "hvd_cli_bad_hostfile.txt";
+  std::ofstream(path) << "node1`id` slots=2\n";
+  r = run_hvdrun({"--dry-run", "--hostfile", path, "./a.out"}, kCleanEnv);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("hvdrun: error: hostfile " + path +
+                               " line 1: host name 'node1`id`' has '`' at character 6",
+                           0),
+            0u)
+      << r.output;
+  std::remove(path.c_str());
+
+  r = run_hvdrun({"--dry-run", "./a.out"}, {"SLURM_JOB_ID=3", "SLURM_JOB_NODELIST=n1,n$2",
+                                            "SLURM_TASKS_PER_NODE=1(x2)", "-HVD_MPIRUN"});
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_EQ(r.output.rfind("hvdrun: error: SLURM_JOB_NODELIST: invalid SLURM hostlist 'n1,n$2' at "
+                           "position 3: host name 'n$2' has '$' at character 2",
+                           0),
+            0u)
+      << r.output;
+}
+
+// --output-filename through a real mpirun: one folder per rank with its stdout and stderr, the
+// output still shown by hvdrun.
+TEST(HvdrunBinary, OutputFilenameWritesOneLogPerRank) {
+  char tmpl[] = "/tmp/hvd-test-output.XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string logs = dir + "/logs";
+  RunResult r = run_hvdrun(
+      {"-np", "2", "-H", "localhost:2", "--oversubscribe", "--output-filename", logs, "--",
+       "/bin/sh", "-c", "echo out $OMPI_COMM_WORLD_RANK; echo err $OMPI_COMM_WORLD_RANK >&2"},
+      kCleanEnv);
+  EXPECT_EQ(r.status, 0) << r.output;
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  for (int rank : {0, 1}) {
+    const std::string base = logs + "/1/rank." + std::to_string(rank) + "/";
+    EXPECT_EQ(read(base + "stdout"), "out " + std::to_string(rank) + "\n") << base << r.output;
+    EXPECT_EQ(read(base + "stderr"), "err " + std::to_string(rank) + "\n") << base << r.output;
+    EXPECT_NE(r.output.find("out " + std::to_string(rank)), std::string::npos) << r.output;
+  }
+  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(HvdrunBinary, VersionHelpAndCheckBuild) {
@@ -481,6 +552,17 @@ TEST(HvdrunBinary, RestartsOnTheHostsThatStillAnswer) {
   EXPECT_NE(calls[0].find("-np 2 -H localhost:1,gone:1"), std::string::npos) << calls[0];
   EXPECT_NE(calls[1].find("-np 1 -H localhost:1"), std::string::npos) << calls[1];
   EXPECT_NE(calls[1].find("./train"), std::string::npos) << calls[1];
+}
+
+// Each restart logs to its own folder under --output-filename: the lost attempt's logs stay.
+TEST(HvdrunBinary, RestartsKeepTheLostAttemptsLogs) {
+  FakeCluster c;
+  RunResult r = run_hvdrun(c.args({"--restarts", "1", "--output-filename", "/tmp/l"}), c.env());
+  EXPECT_EQ(r.status, 0) << r.output;
+  auto calls = c.calls();
+  ASSERT_EQ(calls.size(), 2u) << r.output;
+  EXPECT_NE(calls[0].find("--output-filename /tmp/l "), std::string::npos) << calls[0];
+  EXPECT_NE(calls[1].find("--output-filename /tmp/l/restart.1 "), std::string::npos) << calls[1];
 }
 
 TEST(HvdrunBinary, NoRestartWithoutRestartsOrBelowMinNp) {

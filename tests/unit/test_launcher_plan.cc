@@ -320,6 +320,79 @@ TEST(LaunchPlan, SrunLauncher) {
             std::string::npos);
 }
 
+TEST(LaunchPlan, OutputFilenameGoesToTheLauncher) {
+  LaunchOptions o = with_command({"./t"});
+  o.num_proc = "2";
+  o.output_filename = "logs";
+  o.network_interface = "eth0";
+  LaunchPlan p = build_launch_plan(o, FakeEnv{}.get());
+  // Open MPI's own flag, in the documented place: after the mapping, before --mca and -x.
+  EXPECT_EQ(p.argv, (Args{"mpirun",
+                          "-np",
+                          "2",
+                          "-H",
+                          "localhost:2",
+                          "--bind-to",
+                          "none",
+                          "--map-by",
+                          "slot",
+                          "--output-filename",
+                          "logs",
+                          "--mca",
+                          "btl_tcp_if_include",
+                          "eth0",
+                          "--mca",
+                          "oob_tcp_if_include",
+                          "eth0",
+                          "-x",
+                          "NCCL_SOCKET_IFNAME=eth0",
+                          "./t"}));
+  EXPECT_EQ(p.create_directory, "");  // mpirun creates it on every node
+  // Without the flag, nothing.
+  o.output_filename.clear();
+  EXPECT_EQ(count_of(build_launch_plan(o, FakeEnv{}.get()).argv, "--output-filename"), 0u);
+
+  // srun: one file per task and stream (%t: the rank), '%' kept literal; hvdrun makes the folder.
+  FakeEnv env;
+  env.vars = {{"SLURM_JOB_ID", "5"}, {"SLURM_JOB_NODELIST", "n1"}, {"SLURM_TASKS_PER_NODE", "2"}};
+  o = with_command({"./t"});
+  o.launcher = "srun";
+  o.output_filename = "/shared/run%1";
+  p = build_launch_plan(o, env.get());
+  EXPECT_EQ(p.argv, (Args{"srun", "--mpi=pmix", "-n", "2", "--cpu-bind=none",
+                          "--output=/shared/run%%1/rank.%t.stdout",
+                          "--error=/shared/run%%1/rank.%t.stderr", "./t"}));
+  EXPECT_EQ(p.create_directory, "/shared/run%1");
+}
+
+// Host names are checked wherever the plan reads them, and the error says where they came from.
+TEST(LaunchPlan, BadHostNamesAreRefusedNamingTheSource) {
+  LaunchOptions o = with_command();
+  o.hosts = "node1;id:2";
+  std::string msg = error_of([&] { build_launch_plan(o, FakeEnv{}.get()); });
+  EXPECT_EQ(msg.rfind("invalid -H host spec 'node1;id:2': host name 'node1;id' has ';'", 0), 0u)
+      << msg;
+
+  const std::string path = ::testing::TempDir() + "hvd_launch_plan_bad_hosts.txt";
+  std::ofstream(path) << "good slots=1\nnode1`id` slots=2\n";
+  o = with_command();
+  o.hostfile = path;
+  msg = error_of([&] { build_launch_plan(o, FakeEnv{}.get()); });
+  EXPECT_EQ(msg.rfind("hostfile " + path + " line 2: host name 'node1`id`' has '`'", 0), 0u) << msg;
+  std::remove(path.c_str());
+
+  FakeEnv env;
+  env.vars = {{"SLURM_JOB_ID", "77"},
+              {"SLURM_JOB_NODELIST", "node[01-02],gpu 7,x|y"},
+              {"SLURM_TASKS_PER_NODE", "1(x4)"}};
+  msg = error_of([&] { build_launch_plan(with_command(), env.get()); });
+  EXPECT_EQ(msg.rfind("SLURM_JOB_NODELIST: invalid SLURM hostlist 'node[01-02],gpu 7,x|y' at "
+                      "position 18: host name 'x|y' has '|'",
+                      0),
+            0u)
+      << msg;
+}
+
 TEST(LaunchPlan, MissingProgramIsAnError) {
   LaunchOptions o = with_command({});
   o.num_proc = "1";
