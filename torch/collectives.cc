@@ -124,32 +124,32 @@ const char* op_name(Op op) {
 }
 
 void fail_everywhere(Op op, const std::string& name, const std::string& what, int root,
-                     std::size_t members) {
+                     std::size_t members, const ProcessSet& set) {
   const std::string message =
       std::string("hvd::torch::") + op_name(op) + " of '" + name + "' failed: " + what;
   // A bad name, or hvd not running, throws here: that message wins (no other rank could match).
   hvd::Handle h;
   switch (op) {
     case Op::kAllreduce:
-      h = hvd::allreduce_async(poison(), poison(), name);
+      h = set.allreduce_async(poison(), poison(), name);
       break;
     case Op::kGroupedAllreduce: {
       if (members == 0) throw InvalidArgumentError(message);
       std::vector<TensorRef> in(members, poison()), out(members, poison());
-      h = hvd::grouped_allreduce_async(std::move(in), std::move(out), name);
+      h = set.grouped_allreduce_async(std::move(in), std::move(out), name);
       break;
     }
     case Op::kAllgather:
-      h = hvd::allgather_async(poison(), name);
+      h = set.allgather_async(poison(), name);
       break;
     case Op::kBroadcast:
-      h = hvd::broadcast_async(poison(), root, name);
+      h = set.broadcast_async(poison(), root, name);
       break;
     case Op::kAlltoall:
-      h = hvd::alltoall_async(poison(), {}, name);
+      h = set.alltoall_async(poison(), {}, name);
       break;
     case Op::kReducescatter:
-      h = hvd::reducescatter_async(poison(), name);
+      h = set.reducescatter_async(poison(), name);
       break;
   }
   try {
@@ -366,156 +366,167 @@ at::Tensor synchronize(Handle& handle) { return handle.output(); }
 
 namespace {
 
-void check(Op op, const std::string& name, const at::Tensor& t, int root = 0) {
+void check(Op op, const std::string& name, const at::Tensor& t, const ProcessSet& set,
+           int root = 0) {
   const std::string p = internal::problem(t);
-  if (!p.empty()) fail_everywhere(op, name, "the tensor " + p, root);
+  if (!p.empty()) fail_everywhere(op, name, "the tensor " + p, root, 1, set);
 }
 
 Handle allreduce_impl(const at::Tensor& in, const at::Tensor& out, const std::string& name,
-                      ReduceOp op, double prescale, double postscale) {
-  check(Op::kAllreduce, name, in);
+                      ReduceOp op, double prescale, double postscale, const ProcessSet& set) {
+  check(Op::kAllreduce, name, in, set);
   hvd::Handle h =
-      hvd::allreduce_async(internal::ref(in), internal::ref(out), name, op, prescale, postscale);
+      set.allreduce_async(internal::ref(in), internal::ref(out), name, op, prescale, postscale);
   return HandleAccess::make(std::move(h), {in}, {out}, false);
 }
 
 Handle grouped_impl(const std::vector<at::Tensor>& in, const std::vector<at::Tensor>& out,
-                    const std::string& name, ReduceOp op) {
+                    const std::string& name, ReduceOp op, const ProcessSet& set) {
   for (std::size_t i = 0; i < in.size(); ++i) {
     const std::string p = internal::problem(in[i]);
     if (!p.empty())
       fail_everywhere(
           Op::kGroupedAllreduce, name,
           "tensor " + std::to_string(i) + " ('" + name + "." + std::to_string(i) + "') " + p, 0,
-          in.size());
+          in.size(), set);
     if (i > 0 && in[i].device() != in[0].device())
       fail_everywhere(Op::kGroupedAllreduce, name,
                       "tensor " + std::to_string(i) + " ('" + name + "." + std::to_string(i) +
                           "') is on " + in[i].device().str() + " but tensor 0 on " +
                           in[0].device().str() +
                           ": pass every tensor of a group on one device (.to(device)).",
-                      0, in.size());
+                      0, in.size(), set);
   }
   std::vector<TensorRef> rin, rout;
   for (std::size_t i = 0; i < in.size(); ++i) {
     rin.push_back(internal::ref(in[i]));
     rout.push_back(internal::ref(out[i]));
   }
-  hvd::Handle h = hvd::grouped_allreduce_async(std::move(rin), std::move(rout), name, op);
+  hvd::Handle h = set.grouped_allreduce_async(std::move(rin), std::move(rout), name, op);
   return HandleAccess::make(std::move(h), in, out, false);
 }
 
 }  // namespace
 
 Handle allreduce_async(const at::Tensor& tensor, const std::string& name, ReduceOp op,
-                       double prescale_factor, double postscale_factor) {
-  check(Op::kAllreduce, name, tensor);
+                       double prescale_factor, double postscale_factor, const ProcessSet& set) {
+  check(Op::kAllreduce, name, tensor, set);
   return allreduce_impl(tensor, at::empty_like(tensor, at::MemoryFormat::Contiguous), name, op,
-                        prescale_factor, postscale_factor);
+                        prescale_factor, postscale_factor, set);
 }
 
 at::Tensor allreduce(const at::Tensor& tensor, const std::string& name, ReduceOp op,
-                     double prescale_factor, double postscale_factor) {
-  Handle h = allreduce_async(tensor, name, op, prescale_factor, postscale_factor);
+                     double prescale_factor, double postscale_factor, const ProcessSet& set) {
+  Handle h = allreduce_async(tensor, name, op, prescale_factor, postscale_factor, set);
   return h.output();
 }
 
 Handle allreduce_async_(const at::Tensor& tensor, const std::string& name, ReduceOp op,
-                        double prescale_factor, double postscale_factor) {
-  return allreduce_impl(tensor, tensor, name, op, prescale_factor, postscale_factor);
+                        double prescale_factor, double postscale_factor, const ProcessSet& set) {
+  return allreduce_impl(tensor, tensor, name, op, prescale_factor, postscale_factor, set);
 }
 
 const at::Tensor& allreduce_(const at::Tensor& tensor, const std::string& name, ReduceOp op,
-                             double prescale_factor, double postscale_factor) {
-  Handle h = allreduce_async_(tensor, name, op, prescale_factor, postscale_factor);
+                             double prescale_factor, double postscale_factor,
+                             const ProcessSet& set) {
+  Handle h = allreduce_async_(tensor, name, op, prescale_factor, postscale_factor, set);
   h.wait();
   return tensor;
 }
 
 Handle grouped_allreduce_async(const std::vector<at::Tensor>& tensors, const std::string& name,
-                               ReduceOp op) {
+                               ReduceOp op, const ProcessSet& set) {
   std::vector<at::Tensor> out;
   out.reserve(tensors.size());
   for (const auto& t : tensors)
     out.push_back(internal::problem(t).empty() ? at::empty_like(t, at::MemoryFormat::Contiguous)
                                                : t);
-  return grouped_impl(tensors, out, name, op);
+  return grouped_impl(tensors, out, name, op, set);
 }
 
 std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& tensors,
-                                          const std::string& name, ReduceOp op) {
-  Handle h = grouped_allreduce_async(tensors, name, op);
+                                          const std::string& name, ReduceOp op,
+                                          const ProcessSet& set) {
+  Handle h = grouped_allreduce_async(tensors, name, op, set);
   return h.outputs();
 }
 
 Handle grouped_allreduce_async_(const std::vector<at::Tensor>& tensors, const std::string& name,
-                                ReduceOp op) {
-  return grouped_impl(tensors, tensors, name, op);
+                                ReduceOp op, const ProcessSet& set) {
+  return grouped_impl(tensors, tensors, name, op, set);
 }
 
 const std::vector<at::Tensor>& grouped_allreduce_(const std::vector<at::Tensor>& tensors,
-                                                  const std::string& name, ReduceOp op) {
-  Handle h = grouped_allreduce_async_(tensors, name, op);
+                                                  const std::string& name, ReduceOp op,
+                                                  const ProcessSet& set) {
+  Handle h = grouped_allreduce_async_(tensors, name, op, set);
   h.wait();
   return tensors;
 }
 
-Handle allgather_async(const at::Tensor& tensor, const std::string& name) {
-  check(Op::kAllgather, name, tensor);
-  hvd::Handle h = hvd::allgather_async(internal::ref(tensor), name);
+Handle allgather_async(const at::Tensor& tensor, const std::string& name, const ProcessSet& set) {
+  check(Op::kAllgather, name, tensor, set);
+  hvd::Handle h = set.allgather_async(internal::ref(tensor), name);
   return HandleAccess::make(std::move(h), {tensor}, {tensor}, true);
 }
 
-at::Tensor allgather(const at::Tensor& tensor, const std::string& name) {
-  Handle h = allgather_async(tensor, name);
+at::Tensor allgather(const at::Tensor& tensor, const std::string& name, const ProcessSet& set) {
+  Handle h = allgather_async(tensor, name, set);
   return h.output();
 }
 
-Handle broadcast_async_(const at::Tensor& tensor, int root, const std::string& name) {
-  check(Op::kBroadcast, name, tensor, root);
-  hvd::Handle h = hvd::broadcast_async(internal::ref(tensor), root, name);
+Handle broadcast_async_(const at::Tensor& tensor, int root, const std::string& name,
+                        const ProcessSet& set) {
+  check(Op::kBroadcast, name, tensor, set, root);
+  hvd::Handle h = set.broadcast_async(internal::ref(tensor), root, name);
   return HandleAccess::make(std::move(h), {tensor}, {tensor}, false);
 }
 
-const at::Tensor& broadcast_(const at::Tensor& tensor, int root, const std::string& name) {
-  Handle h = broadcast_async_(tensor, root, name);
+const at::Tensor& broadcast_(const at::Tensor& tensor, int root, const std::string& name,
+                             const ProcessSet& set) {
+  Handle h = broadcast_async_(tensor, root, name, set);
   h.wait();
   return tensor;
 }
 
-Handle broadcast_async(const at::Tensor& tensor, int root, const std::string& name) {
-  check(Op::kBroadcast, name, tensor, root);
-  return broadcast_async_(tensor.clone(at::MemoryFormat::Contiguous), root, name);
+Handle broadcast_async(const at::Tensor& tensor, int root, const std::string& name,
+                       const ProcessSet& set) {
+  check(Op::kBroadcast, name, tensor, set, root);
+  return broadcast_async_(tensor.clone(at::MemoryFormat::Contiguous), root, name, set);
 }
 
-at::Tensor broadcast(const at::Tensor& tensor, int root, const std::string& name) {
-  Handle h = broadcast_async(tensor, root, name);
+at::Tensor broadcast(const at::Tensor& tensor, int root, const std::string& name,
+                     const ProcessSet& set) {
+  Handle h = broadcast_async(tensor, root, name, set);
   return h.output();
 }
 
 Handle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits,
-                      const std::string& name) {
-  check(Op::kAlltoall, name, tensor);
-  hvd::Handle h = hvd::alltoall_async(internal::ref(tensor), splits, name);
+                      const std::string& name, const ProcessSet& set) {
+  check(Op::kAlltoall, name, tensor, set);
+  hvd::Handle h = set.alltoall_async(internal::ref(tensor), splits, name);
   return HandleAccess::make(std::move(h), {tensor}, {tensor}, true);
 }
 
 at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits,
-                    const std::string& name, std::vector<int64_t>* received_splits) {
-  Handle h = alltoall_async(tensor, splits, name);
+                    const std::string& name, std::vector<int64_t>* received_splits,
+                    const ProcessSet& set) {
+  Handle h = alltoall_async(tensor, splits, name, set);
   at::Tensor out = h.output();
   if (received_splits) *received_splits = h.received_splits();
   return out;
 }
 
-Handle reducescatter_async(const at::Tensor& tensor, const std::string& name, ReduceOp op) {
-  check(Op::kReducescatter, name, tensor);
-  hvd::Handle h = hvd::reducescatter_async(internal::ref(tensor), name, op);
+Handle reducescatter_async(const at::Tensor& tensor, const std::string& name, ReduceOp op,
+                           const ProcessSet& set) {
+  check(Op::kReducescatter, name, tensor, set);
+  hvd::Handle h = set.reducescatter_async(internal::ref(tensor), name, op);
   return HandleAccess::make(std::move(h), {tensor}, {tensor}, true);
 }
 
-at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name, ReduceOp op) {
-  Handle h = reducescatter_async(tensor, name, op);
+at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name, ReduceOp op,
+                         const ProcessSet& set) {
+  Handle h = reducescatter_async(tensor, name, op, set);
   return h.output();
 }
 

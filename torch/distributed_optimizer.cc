@@ -123,6 +123,13 @@ void DistributedOptimizer::init(const NamedTensors* named) {
     throw InvalidArgumentError(
         what + "op is " + reduce_op_name(options_.op) +
         "; gradients are reduced with ReduceOp::kAverage or ReduceOp::kSum.");
+  if (options_.process_set.id() < 0) options_.process_set = global_process_set();
+  if (!options_.process_set.included())
+    throw InvalidArgumentError(what + "rank " + std::to_string(hvd::rank()) +
+                               " is not a member of process set " +
+                               std::to_string(options_.process_set.id()) +
+                               ", whose ranks average the gradients: construct it on the set's "
+                               "members only (ProcessSet::included()).");
   std::unordered_map<const c10::TensorImpl*, std::string> names;
   if (named)
     for (const auto& item : *named) names.emplace(item.value().unsafeGetTensorImpl(), item.key());
@@ -288,7 +295,7 @@ void DistributedOptimizer::start(Slot& s, const at::Tensor& total) {
     s.buffer = total.contiguous();
     s.in_place = false;
   }
-  s.handle = allreduce_async_(s.buffer, s.name, options_.op);
+  s.handle = allreduce_async_(s.buffer, s.name, options_.op, 1.0, 1.0, options_.process_set);
 }
 
 void DistributedOptimizer::synchronize() {

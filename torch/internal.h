@@ -37,10 +37,12 @@ TensorRef ref(const at::Tensor& t);
 
 // Throws hvd::InvalidArgumentError "hvd::torch::<op> of '<name>' failed: <what>" after making the
 // other ranks' operation `<op>` of `name` fail too (see hvd/torch.h): it submits a request the
-// core rejects on every rank, waits for it, then throws. `members` is the size of a group.
+// core rejects on every rank of `set`, waits for it, then throws. `members` is the size of a
+// group.
 enum class Op { kAllreduce, kGroupedAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter };
 [[noreturn]] void fail_everywhere(Op op, const std::string& name, const std::string& what,
-                                  int root = 0, std::size_t members = 1);
+                                  int root = 0, std::size_t members = 1,
+                                  const ProcessSet& set = global_process_set());
 const char* op_name(Op op);
 
 // Copies root's value of every tensor into every rank's, in place; a non-contiguous tensor goes

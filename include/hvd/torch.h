@@ -96,57 +96,75 @@ class Handle {
 // wait(), then output().
 at::Tensor synchronize(Handle& handle);
 
+// Every collective takes a trailing process set (hvd/process_set.h; default: the global set): the
+// operation runs over its members, as ProcessSet's own (roots are global ranks).
 // allreduce: postscale * op over ranks of (prescale * tensor); kAverage divides by the ranks.
 Handle allreduce_async(const at::Tensor& tensor, const std::string& name,
                        ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
-                       double postscale_factor = 1.0);
+                       double postscale_factor = 1.0,
+                       const ProcessSet& process_set = global_process_set());
 at::Tensor allreduce(const at::Tensor& tensor, const std::string& name,
                      ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
-                     double postscale_factor = 1.0);
+                     double postscale_factor = 1.0,
+                     const ProcessSet& process_set = global_process_set());
 // In place: the result replaces the tensor's values.
 Handle allreduce_async_(const at::Tensor& tensor, const std::string& name,
                         ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
-                        double postscale_factor = 1.0);
+                        double postscale_factor = 1.0,
+                        const ProcessSet& process_set = global_process_set());
 const at::Tensor& allreduce_(const at::Tensor& tensor, const std::string& name,
                              ReduceOp op = ReduceOp::kAverage, double prescale_factor = 1.0,
-                             double postscale_factor = 1.0);
+                             double postscale_factor = 1.0,
+                             const ProcessSet& process_set = global_process_set());
 
 // One fused operation for all tensors (members named name.0, name.1, ...); all on one device.
 Handle grouped_allreduce_async(const std::vector<at::Tensor>& tensors, const std::string& name,
-                               ReduceOp op = ReduceOp::kAverage);
+                               ReduceOp op = ReduceOp::kAverage,
+                               const ProcessSet& process_set = global_process_set());
 std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& tensors,
-                                          const std::string& name,
-                                          ReduceOp op = ReduceOp::kAverage);
+                                          const std::string& name, ReduceOp op = ReduceOp::kAverage,
+                                          const ProcessSet& process_set = global_process_set());
 Handle grouped_allreduce_async_(const std::vector<at::Tensor>& tensors, const std::string& name,
-                                ReduceOp op = ReduceOp::kAverage);
-const std::vector<at::Tensor>& grouped_allreduce_(const std::vector<at::Tensor>& tensors,
-                                                  const std::string& name,
-                                                  ReduceOp op = ReduceOp::kAverage);
+                                ReduceOp op = ReduceOp::kAverage,
+                                const ProcessSet& process_set = global_process_set());
+const std::vector<at::Tensor>& grouped_allreduce_(
+    const std::vector<at::Tensor>& tensors, const std::string& name,
+    ReduceOp op = ReduceOp::kAverage, const ProcessSet& process_set = global_process_set());
 
 // Concatenation along the first dimension in rank order (the first dimension may differ per rank).
-Handle allgather_async(const at::Tensor& tensor, const std::string& name);
-at::Tensor allgather(const at::Tensor& tensor, const std::string& name);
+Handle allgather_async(const at::Tensor& tensor, const std::string& name,
+                       const ProcessSet& process_set = global_process_set());
+at::Tensor allgather(const at::Tensor& tensor, const std::string& name,
+                     const ProcessSet& process_set = global_process_set());
 
 // Root's tensor on every rank: broadcast_ writes it into `tensor`; broadcast returns a copy and
 // leaves `tensor` unchanged.
-Handle broadcast_async_(const at::Tensor& tensor, int root, const std::string& name);
-const at::Tensor& broadcast_(const at::Tensor& tensor, int root, const std::string& name);
-Handle broadcast_async(const at::Tensor& tensor, int root, const std::string& name);
-at::Tensor broadcast(const at::Tensor& tensor, int root, const std::string& name);
+Handle broadcast_async_(const at::Tensor& tensor, int root, const std::string& name,
+                        const ProcessSet& process_set = global_process_set());
+const at::Tensor& broadcast_(const at::Tensor& tensor, int root, const std::string& name,
+                             const ProcessSet& process_set = global_process_set());
+Handle broadcast_async(const at::Tensor& tensor, int root, const std::string& name,
+                       const ProcessSet& process_set = global_process_set());
+at::Tensor broadcast(const at::Tensor& tensor, int root, const std::string& name,
+                     const ProcessSet& process_set = global_process_set());
 
 // splits[r] rows of the first dimension go to rank r (empty: equal parts); the result holds the
 // rows received, in rank order; received_splits (optional) gets how many came from each rank.
 Handle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits,
-                      const std::string& name);
+                      const std::string& name,
+                      const ProcessSet& process_set = global_process_set());
 at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits,
-                    const std::string& name, std::vector<int64_t>* received_splits = nullptr);
+                    const std::string& name, std::vector<int64_t>* received_splits = nullptr,
+                    const ProcessSet& process_set = global_process_set());
 
 // Reduce over ranks, then rank r keeps its block of the first dimension (the first rows % size
 // ranks one row more).
 Handle reducescatter_async(const at::Tensor& tensor, const std::string& name,
-                           ReduceOp op = ReduceOp::kAverage);
+                           ReduceOp op = ReduceOp::kAverage,
+                           const ProcessSet& process_set = global_process_set());
 at::Tensor reducescatter(const at::Tensor& tensor, const std::string& name,
-                         ReduceOp op = ReduceOp::kAverage);
+                         ReduceOp op = ReduceOp::kAverage,
+                         const ProcessSet& process_set = global_process_set());
 
 // ---- Models and optimizers ---------------------------------------------------------------------
 
@@ -191,6 +209,9 @@ struct DistributedOptimizerOptions {
   // Put before every parameter name in the all-reduces' names ("grad.<prefix><name>"): two live
   // DistributedOptimizers whose names coincide (two models' "0.weight") need it on one of them.
   std::string name_prefix = "";
+  // The ranks that average the gradients (hvd/process_set.h): a data-parallel group inside a
+  // larger job, such as one pipeline stage's replicas. Default-constructed: the global set.
+  ProcessSet process_set = {};
 };
 
 // Where step time goes (seconds, summed over steps since construction or reset_stats()).
