@@ -21,23 +21,11 @@ if(NOT _zlib_global)
   set_target_properties(ZLIB::ZLIB PROPERTIES IMPORTED_GLOBAL TRUE)
 endif()
 
-find_package(PkgConfig QUIET)
-if(PkgConfig_FOUND AND NOT TARGET PkgConfig::TRAIN_CNN_OPENBLAS)
-  pkg_check_modules(TRAIN_CNN_OPENBLAS QUIET IMPORTED_TARGET GLOBAL openblas)
-endif()
-if(TARGET PkgConfig::TRAIN_CNN_OPENBLAS)
-  set(_train_cnn_blas PkgConfig::TRAIN_CNN_OPENBLAS)
-else()
-  find_library(TRAIN_CNN_OPENBLAS_LIBRARY NAMES openblas)
-  find_path(TRAIN_CNN_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas)
-  if(NOT TRAIN_CNN_OPENBLAS_LIBRARY OR NOT TRAIN_CNN_CBLAS_INCLUDE_DIR)
-    message(FATAL_ERROR "train_cnn needs OpenBLAS (cblas.h and libopenblas): "
-                        "apt-get install libopenblas-dev")
-  endif()
-  add_library(train_cnn_openblas INTERFACE IMPORTED GLOBAL)
-  target_link_libraries(train_cnn_openblas INTERFACE ${TRAIN_CNN_OPENBLAS_LIBRARY})
-  target_include_directories(train_cnn_openblas INTERFACE ${TRAIN_CNN_CBLAS_INCLUDE_DIR})
-  set(_train_cnn_blas train_cnn_openblas)
+# OpenBLAS::OpenBLAS from cmake/FindOpenBLAS.cmake (pkg-config's openblas, else the search paths).
+find_package(OpenBLAS)
+if(NOT TARGET OpenBLAS::OpenBLAS)
+  message(FATAL_ERROR "train_cnn needs OpenBLAS (cblas.h and libopenblas): "
+                      "apt-get install libopenblas-dev, or set OpenBLAS_ROOT")
 endif()
 
 add_library(train_cnn_model STATIC
@@ -66,7 +54,7 @@ set_source_files_properties(
   ${_train_cnn_dir}/model/relu.cc ${_train_cnn_dir}/model/sgd_momentum.cc
   ${_train_cnn_dir}/model/precision.cc
   PROPERTIES COMPILE_OPTIONS "$<$<NOT:$<CONFIG:Debug>>:-O3>")
-target_link_libraries(train_cnn_model PUBLIC ${_train_cnn_blas} ZLIB::ZLIB)
+target_link_libraries(train_cnn_model PUBLIC OpenBLAS::OpenBLAS ZLIB::ZLIB)
 if(COMMAND hvd_set_warnings)
   hvd_set_warnings(train_cnn_model)
 endif()
