@@ -147,9 +147,7 @@ void Coordinator::release_stall_failures(std::vector<Response>& out) {
   for (const auto& [name, message] : stall_failures_) {
     auto it = table_.find(name);
     if (it == table_.end()) continue;
-    const Request* any = nullptr;
-    for (const auto& q : it->second.requests)
-      if (q.rank != -1) any = &q;
+    const Request* any = submitted(it->second);
     out.push_back(error_response(name, any ? any->shape : std::vector<int64_t>{},
                                  std::string(any ? request_type_name(any->type) : "collective") +
                                      " of '" + name + "' failed: " + message));
@@ -183,14 +181,23 @@ void Coordinator::release_ready(std::vector<Response>& out) {
   arrival_.swap(still);
 }
 
-// Who must have submitted (common/op_kind.h): every rank that has not joined, or a send/recv's two.
-bool Coordinator::is_ready(const TableEntry& e) const {
+const Request* Coordinator::submitted(const TableEntry& e) {
   const Request* any = nullptr;
   for (const auto& q : e.requests)
     if (q.rank != -1) any = &q;
+  return any;
+}
+
+bool Coordinator::is_pair(const Request& r) {
+  const OpKindInfo* kind = op_kind(r.type);
+  return kind && kind->participants == Participants::kPair;
+}
+
+// Who must have submitted (common/op_kind.h): every rank that has not joined, or a send/recv's two.
+bool Coordinator::is_ready(const TableEntry& e) const {
+  const Request* any = submitted(e);
   if (any == nullptr) return false;
-  const OpKindInfo* kind = op_kind(any->type);
-  if (kind && kind->participants == Participants::kPair) {
+  if (is_pair(*any)) {
     auto has = [&](int r) { return r >= 0 && r < size_ && e.requests[r].rank != -1; };
     return has(any->root) && has(any->peer);
   }
@@ -254,8 +261,7 @@ Response Coordinator::build_response(const std::string& name) {
   };
   for (const Request* q : reqs)
     if (!q->error.empty()) return fail(own_words ? q->error : who(*q) + ": " + q->error);
-  const OpKindInfo* kind = op_kind(a.type);
-  if (kind && kind->participants == Participants::kPair) {
+  if (is_pair(a)) {
     for (const Request* q : reqs)
       if (q->type != a.type || q->root != a.root || q->peer != a.peer)
         return fail(who(*q) + " and " + who(a) +
@@ -337,11 +343,8 @@ std::vector<Coordinator::Stall> Coordinator::stalled(double older_than_seconds) 
     s.name = name;
     s.seconds = age;
     // A send/recv waits for its two ranks only.
-    const Request* any = nullptr;
-    for (const auto& q : e.requests)
-      if (q.rank != -1) any = &q;
-    const OpKindInfo* kind = any ? op_kind(any->type) : nullptr;
-    const bool pair = kind && kind->participants == Participants::kPair;
+    const Request* any = submitted(e);
+    const bool pair = any && is_pair(*any);
     for (int r = 0; r < size_; ++r) {
       if (e.requests[r].rank != -1)
         s.submitted_ranks.push_back(global(r));

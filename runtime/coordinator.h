@@ -77,6 +77,8 @@ class Coordinator {
   void release_join(std::vector<Response>& out);
   Response build_response(const std::string& name);
   bool is_ready(const TableEntry& e) const;
+  static const Request* submitted(const TableEntry& e);  // a rank's request for it, or null
+  static bool is_pair(const Request& r);  // its kind is submitted by two ranks (common/op_kind.h)
   std::string who(const Request& q) const { return "rank " + std::to_string(global(q.rank)); }
   int global(int rank) const {
     return rank >= 0 && rank < static_cast<int>(global_ranks_.size()) ? global_ranks_[rank] : rank;

@@ -69,6 +69,14 @@ long stop_at_batch_from_env(int rank) {
   return -1;
 }
 
+// The timeline row of name n: n itself for the global set (no copy), else the set's prefix and n,
+// in *scratch.
+const std::string& row_of(const std::string& prefix, const std::string& n, std::string* scratch) {
+  if (prefix.empty()) return n;
+  *scratch = prefix + n;
+  return *scratch;
+}
+
 // Ends the op span of a response's names (begin_spans) when the batch is done, however it ends.
 struct SpanEnd {
   Timeline* t;
@@ -76,8 +84,9 @@ struct SpanEnd {
   const std::string& span;
   const std::string& prefix;  // the process set's rows (Executor::Executor)
   ~SpanEnd() {
+    std::string scratch;
     if (t)
-      for (const auto& n : r.names) t->end(prefix + n, span);
+      for (const auto& n : r.names) t->end(row_of(prefix, n, &scratch), span);
   }
 };
 
@@ -111,7 +120,8 @@ void Executor::perform(const Response& r) {
     return;
   }
   if (timeline_)
-    for (const auto& n : r.names) timeline_->end(row_prefix_ + n, "QUEUE");
+    for (std::string scratch; const auto& n : r.names)
+      timeline_->end(row_of(row_prefix_, n, &scratch), "QUEUE");
   if (perform_control(r)) return;
   // A send/recv runs on its two ranks only; the others have no entry for it.
   if (r.type == ResponseType::kSendRecv && rank_ != r.root && rank_ != r.peer) return;
@@ -330,9 +340,14 @@ void Executor::begin_spans(const Response& r, Batch& b) {
   const std::string args = "{\"fused\":" + std::to_string(r.names.size()) +
                            ",\"bytes\":" + std::to_string(response_bytes(r)) + ",\"dtype\":\"" +
                            dtype_name(r.dtype) + "\"}";
-  for (const auto& n : r.names) timeline_->begin(row_prefix_ + n, b.span, args);
+  for (std::string scratch; const auto& n : r.names)
+    timeline_->begin(row_of(row_prefix_, n, &scratch), b.span, args);
   b.op.trace = [t = timeline_, &r, &p = row_prefix_](const char* activity, bool begin) {
-    for (const auto& n : r.names) begin ? t->begin(p + n, activity) : t->end(p + n, activity);
+    std::string scratch;
+    for (const auto& n : r.names) {
+      const std::string& row = row_of(p, n, &scratch);
+      begin ? t->begin(row, activity) : t->end(row, activity);
+    }
   };
 }
 

@@ -223,9 +223,9 @@ bool ProcessSetTable::cycle(const Controller::CycleFlags& flags, Timeline* timel
       if (global) timeline->mark_cycle();
       for (const auto& r : responses)
         for (const auto& n : r.names) {
-          const std::string row = set->timeline_row(n);
-          timeline->end(row, "NEGOTIATE");
-          timeline->begin(row, "QUEUE");
+          const std::string row = global ? std::string() : set->timeline_row(n);
+          timeline->end(global ? n : row, "NEGOTIATE");
+          timeline->begin(global ? n : row, "QUEUE");
         }
     }
     for (const auto& r : responses) set->executor().perform(r);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hvd/hvd.h"
+#include "tests/mpi/throws_with.h"
 
 namespace {
 
@@ -22,18 +23,7 @@ hvd::TensorRef ref(std::vector<float>& v) {
   return hvd::TensorRef(v.data(), hvd::DataType::kFloat32, {static_cast<int64_t>(v.size())});
 }
 
-template <class F>
-bool throws_with(F&& f, const std::string& part) {
-  try {
-    f();
-  } catch (const hvd::Error& e) {
-    if (std::string(e.what()).find(part) != std::string::npos) return true;
-    ADD_FAILURE() << "message: " << e.what() << "\nexpected to contain: " << part;
-    return false;
-  }
-  ADD_FAILURE() << "no error; expected one containing: " << part;
-  return false;
-}
+using hvdtest::throws_with;
 
 }  // namespace
 

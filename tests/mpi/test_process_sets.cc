@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "hvd/hvd.h"
+#include "tests/mpi/throws_with.h"
 
 namespace {
 
@@ -38,19 +39,7 @@ hvd::TensorRef ref(std::vector<float>& v, std::vector<int64_t> shape) {
   return hvd::TensorRef(v.data(), hvd::DataType::kFloat32, std::move(shape));
 }
 
-// Whether `f` throws an hvd::Error whose message contains `part` (and prints it when not).
-template <class F>
-bool throws_with(F&& f, const std::string& part) {
-  try {
-    f();
-  } catch (const hvd::Error& e) {
-    if (std::string(e.what()).find(part) != std::string::npos) return true;
-    ADD_FAILURE() << "message: " << e.what() << "\nexpected to contain: " << part;
-    return false;
-  }
-  ADD_FAILURE() << "no error; expected one containing: " << part;
-  return false;
-}
+using hvdtest::throws_with;
 
 // Every collective of one set, checked on each member against values computed from the members.
 void check_collectives(const hvd::ProcessSet& set, const std::string& tag) {
