@@ -178,6 +178,18 @@ const std::vector<ConfigVar>& config_registry() {
        "compression",
        1,
        "All-reduce wire compression of float32/float64 tensors: none, fp16 or bf16."},
+      {"HVD_DETERMINISTIC",
+       ConfigType::kBool,
+       "0",
+       "Reduce every floating-point sum, average and product element in rank order (0, 1, ...), "
+       "whatever its place in the fusion buffer: the same job on the same ranks gives the same "
+       "bits on every run, with fusion on (docs/determinism.md). Every rank must set it alike.",
+       {},
+       0,
+       0,
+       "deterministic",
+       1,
+       "Bitwise-reproducible reductions with fusion on (flag without value)."},
       {"HVD_TIMELINE",
        ConfigType::kString,
        "",
@@ -401,6 +413,7 @@ Config load_config(const EnvLookup& env) {
   c.hierarchical_allreduce = get_bool("HVD_HIERARCHICAL_ALLREDUCE");
   c.gpu_operations = get_enum("HVD_GPU_OPERATIONS");
   c.compression = get_enum("HVD_COMPRESSION");
+  c.deterministic = get_bool("HVD_DETERMINISTIC");
   c.async_completion = get_bool("HVD_ENABLE_ASYNC_COMPLETION");
   c.timeline_path = get_string("HVD_TIMELINE");
   c.timeline_mark_cycles = get_bool("HVD_TIMELINE_MARK_CYCLES");

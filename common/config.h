@@ -50,6 +50,7 @@ struct Config {
   bool hierarchical_allreduce = false;
   std::string gpu_operations = "NCCL";  // NCCL | MPI
   std::string compression = "none";     // none | fp16 | bf16 (ops/mpi/allreduce.cc)
+  bool deterministic = false;           // HVD_DETERMINISTIC (ops/mpi/allreduce.cc)
   bool async_completion = false;        // HVD_ENABLE_ASYNC_COMPLETION (runtime/executor.cc)
   std::string timeline_path;
   bool timeline_mark_cycles = false;

@@ -734,4 +734,57 @@ void reduce_blocks_16(DataType wire, ReduceOp op, const uint16_t* blocks, std::s
   }
 }
 
+namespace {
+// reduce_blocks_ordered() for float and double: a tile at a time, as reduce_blocks_typed.
+template <class T, class Fn>
+void reduce_blocks_wide(const T* blocks, std::size_t k, std::size_t stride, std::size_t n, T* out,
+                        Fn fn) {
+  constexpr std::size_t kTile = 1024;
+  double acc[kTile];
+  for (std::size_t t = 0; t < n; t += kTile) {
+    const std::size_t m = std::min(kTile, n - t);
+    const T* b0 = blocks + t;
+    for (std::size_t i = 0; i < m; ++i) acc[i] = static_cast<double>(b0[i]);
+    for (std::size_t j = 1; j < k; ++j) {
+      const T* b = blocks + j * stride + t;
+      for (std::size_t i = 0; i < m; ++i) acc[i] = fn(acc[i], static_cast<double>(b[i]));
+    }
+    for (std::size_t i = 0; i < m; ++i) out[t + i] = static_cast<T>(acc[i]);
+  }
+}
+
+template <class T>
+void reduce_blocks_wide(ReduceOp op, const void* blocks, std::size_t k, std::size_t stride,
+                        std::size_t n, void* out) {
+  const T* b = static_cast<const T*>(blocks);
+  T* o = static_cast<T*>(out);
+  if (op == ReduceOp::kProduct) return reduce_blocks_wide(b, k, stride, n, o, ProductFn{});
+  reduce_blocks_wide(b, k, stride, n, o, SumFn{});
+}
+}  // namespace
+
+bool ordered_reduction(DataType dtype, ReduceOp op) {
+  const bool floating = dtype == DataType::kFloat32 || dtype == DataType::kFloat64 ||
+                        dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
+  return floating && (op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kProduct);
+}
+
+void reduce_blocks_ordered(DataType dtype, ReduceOp op, const void* blocks, std::size_t k,
+                           std::size_t stride, std::size_t n, void* out) {
+  if (!ordered_reduction(dtype, op))
+    throw std::invalid_argument(
+        "reduce_blocks_ordered: dtype " + std::to_string(static_cast<int>(dtype)) +
+        " with reduce op " + std::to_string(static_cast<int>(op)) + " needs no ordered reduction");
+  if (n == 0 || k == 0) return;
+  switch (dtype) {
+    case DataType::kFloat32:
+      return reduce_blocks_wide<float>(op, blocks, k, stride, n, out);
+    case DataType::kFloat64:
+      return reduce_blocks_wide<double>(op, blocks, k, stride, n, out);
+    default:  // float16, bfloat16
+      return reduce_blocks_16(dtype, op, static_cast<const uint16_t*>(blocks), k, stride, n, 1.0,
+                              static_cast<uint16_t*>(out));
+  }
+}
+
 }  // namespace hvd

@@ -61,6 +61,18 @@ void decompress_copy(DataType wire, DataType dtype, const uint16_t* src, void* d
 void reduce_blocks_16(DataType wire, ReduceOp op, const uint16_t* blocks, std::size_t k,
                       std::size_t stride, std::size_t n, double factor, uint16_t* out);
 
+// --- HVD_DETERMINISTIC: a reduction whose order does not depend on where an element sits -------
+// Whether reduce_blocks_ordered() takes `dtype` and `op`: a floating-point dtype (float32,
+// float64, float16, bfloat16) and kSum, kAverage or kProduct, the reductions whose result depends
+// on the order of the operands (integers wrap, min and max pick: any order gives the same bits).
+bool ordered_reduction(DataType dtype, ReduceOp op);
+// For i < n: out[i] = op(blocks[0*stride + i], ..., blocks[(k-1)*stride + i]) in `dtype`, with the
+// operands widened to double, combined in the order 0, 1, ..., k-1, and the result rounded once to
+// `dtype` (kAverage reduces like kSum: the caller divides). The same k values give the same bits
+// wherever they sit in the blocks. `out` may be one of the blocks. Strides and n count elements.
+void reduce_blocks_ordered(DataType dtype, ReduceOp op, const void* blocks, std::size_t k,
+                           std::size_t stride, std::size_t n, void* out);
+
 // On x86-64 CPUs with AVX2 and F16C the three functions above run vectorised (the same results bit
 // for bit, except the payload of a NaN made from two NaNs). Tests set this to false to compare
 // with the portable code.

@@ -58,6 +58,9 @@ struct OpBatch {
   double prescale = 1.0;
   double postscale = 1.0;
   int contributors = 1;  // ranks contributing data; kAverage divides by it
+  // HVD_DETERMINISTIC (hvd::set_deterministic): reduce every element in a fixed order, whatever its
+  // place in the batch and the batch's size (ops/mpi/allreduce.cc).
+  bool deterministic = false;
   std::vector<OpEntry> entries;
   std::vector<int64_t> first_dims;  // allgather: every rank's first dimension (one entry per batch)
   // Timeline hook: an op may mark phases inside itself ("MEMCPY_IN_FUSION_BUFFER", begin/end).

@@ -115,6 +115,7 @@ Request make_request(const Target& t, RequestType type, const std::string& name,
   r.dtype = tensor.dtype();
   r.device = tensor.device();
   detail::Spares::take_shape(tensor.shape(), &r.shape);
+  r.deterministic = type == RequestType::kAllreduce && t.rt.deterministic();
   r.error = std::move(error);
   if (!r.error.empty()) {
     // Rank 0 fails the operation without looking further, but the request's shape, dtype and device
@@ -224,6 +225,7 @@ Handle grouped_allreduce_on(const Target& t, std::vector<TensorRef> in, std::vec
       Request req;
       TensorTableEntry entry;
       group_unit::make(t.set.rank(), name, op, std::move(in), std::move(out), state, &req, &entry);
+      req.deterministic = t.rt.deterministic();
       return t.rt.enqueue_one(t.set, std::move(entry), std::move(req), std::move(state));
     }
     member_errors.assign(in.size(), group.error);
@@ -406,6 +408,9 @@ bool initialized() {
   std::lock_guard<std::mutex> lock(inst.mu);
   return inst.runtime != nullptr;
 }
+
+void set_deterministic(bool on) { Using("set_deterministic()")->set_deterministic(on); }
+bool deterministic() { return Using("deterministic()")->deterministic(); }
 
 int rank() { return Using("rank()")->topology().rank; }
 int size() { return Using("size()")->topology().size; }

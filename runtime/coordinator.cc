@@ -72,6 +72,11 @@ std::string Coordinator::mismatch(const Request& a, const Request& b,
              fmt_double(b.postscale) + ", " + who(a) + " sent prescale " + fmt_double(a.prescale) +
              " and postscale " + fmt_double(a.postscale) +
              ". Every rank must use the same scale factors for '" + name + "'.";
+    if (b.deterministic != a.deterministic)
+      return who(b) + (b.deterministic ? " reduces" : " does not reduce") + " '" + name +
+             "' deterministically, " + who(a) + (a.deterministic ? " does" : " does not") +
+             ". Every rank must set HVD_DETERMINISTIC alike and call hvd::set_deterministic() at "
+             "the same point.";
   }
   if (has_flag(a.type, op_flags::kRooted) && b.root != a.root)
     return who(b) + " gave root " + std::to_string(global(b.root)) + ", " + who(a) + " gave root " +
@@ -309,6 +314,7 @@ void response_from(R&& a, int32_t contributors, Response& resp) {
   resp.peer = a.peer;
   resp.prescale = a.prescale;
   resp.postscale = a.postscale;
+  resp.deterministic = a.deterministic;
   resp.contributors = contributors;
   resp.group = std::forward<R>(a).group;
 }

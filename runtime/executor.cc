@@ -143,6 +143,7 @@ void Executor::perform(const Response& r) {
   b.op.prescale = r.prescale;
   b.op.postscale = r.postscale;
   b.op.contributors = r.contributors;
+  b.op.deterministic = r.deterministic;
   b.op.first_dims = r.first_dims;
   take_entries(r, b);
   begin_spans(r, b);
@@ -212,6 +213,7 @@ void Executor::perform_unit(const Response& r) {
     b.op.prescale = r.prescale;
     b.op.postscale = r.postscale;
     b.op.contributors = r.contributors;
+    b.op.deterministic = r.deterministic;
     b.op.entries.reserve(end - i);
     // An op names its entries only in error messages: the batch's first entry (the no-backend
     // message) and, for a device batch, every entry (the wrong-device check). Building the other

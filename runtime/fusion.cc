@@ -48,6 +48,7 @@ FusionTraits fusion_traits(const Response& r) {
   t.contributors = r.contributors;
   t.prescale = r.prescale;
   t.postscale = r.postscale;
+  t.deterministic = r.deterministic;
   return t;
 }
 

@@ -35,12 +35,14 @@ struct FusionTraits {
   ReduceOp reduce_op = ReduceOp::kSum;
   int32_t contributors = 0;
   double prescale = 1.0, postscale = 1.0;
+  bool deterministic = false;
 };
 FusionTraits fusion_traits(const Response& r);
-// The same parameters (dtype, device kind, reduce op, scale factors, contributors).
+// The same parameters (dtype, device kind, reduce op, scale factors, contributors, order).
 inline bool same_parameters(const FusionTraits& a, const FusionTraits& b) {
   return a.dtype == b.dtype && a.device_kind == b.device_kind && a.reduce_op == b.reduce_op &&
-         a.prescale == b.prescale && a.postscale == b.postscale && a.contributors == b.contributors;
+         a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.contributors == b.contributors && a.deterministic == b.deterministic;
 }
 inline bool can_fuse(const FusionTraits& bucket, const FusionTraits& next) {
   return bucket.fusable && next.fusable && same_parameters(bucket, next);

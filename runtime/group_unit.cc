@@ -94,6 +94,7 @@ void expand(const Request& unit, std::vector<Request>* out) {
     m.reduce_op = unit.reduce_op;
     m.prescale = unit.prescale;
     m.postscale = unit.postscale;
+    m.deterministic = unit.deterministic;
     member_name(unit.group, static_cast<size_t>(i), &m.name);
     const size_t dims = static_cast<size_t>(sig[at + 2]);
     m.shape.assign(sig.begin() + static_cast<std::ptrdiff_t>(at + kHead),
@@ -139,7 +140,7 @@ std::vector<Response> units_of(const std::vector<Response>& responses, int size)
     bool ok = usable[g] && !v.empty();
     for (const Response* m : v)
       ok = ok && m && m->reduce_op == v[0]->reduce_op && m->prescale == v[0]->prescale &&
-           m->postscale == v[0]->postscale;
+           m->postscale == v[0]->postscale && m->deterministic == v[0]->deterministic;
     if (!ok) continue;
     Response u;
     u.type = ResponseType::kAllreduce;
@@ -151,6 +152,7 @@ std::vector<Response> units_of(const std::vector<Response>& responses, int size)
     u.device_kind = v[0]->device_kind;
     u.prescale = v[0]->prescale;
     u.postscale = v[0]->postscale;
+    u.deterministic = v[0]->deterministic;
     u.contributors = size;
     u.group = g;
     units.push_back(std::move(u));

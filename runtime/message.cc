@@ -131,6 +131,7 @@ void fields(Archive& ar, R& r) {
   ar.pod(r.peer);
   ar.pod(r.prescale);
   ar.pod(r.postscale);
+  ar.template as<uint8_t>(r.deterministic);
   ar.str(r.name);
   ar.dims(r.shape);
   ar.str(r.group);
@@ -154,6 +155,7 @@ void fields(Archive& ar, R& r) {
   ar.pod(r.peer);
   ar.pod(r.prescale);
   ar.pod(r.postscale);
+  ar.template as<uint8_t>(r.deterministic);
   ar.pod(r.contributors);
   ar.pod(r.last_joined_rank);
   ar.str(r.group);
@@ -199,6 +201,7 @@ void Response::reset() {
   peer = -1;
   prescale = 1.0;
   postscale = 1.0;
+  deterministic = false;
   contributors = 0;
   last_joined_rank = -1;
   group.clear();

@@ -55,6 +55,7 @@ struct Request {
   int32_t peer = -1;  // send/recv: the receiver
   double prescale = 1.0;
   double postscale = 1.0;
+  bool deterministic = false;  // reductions: HVD_DETERMINISTIC / hvd::set_deterministic() was on
   std::string name;
   std::vector<int64_t> shape;
   std::string group;       // grouped allreduce: the group's name ("" when not grouped)
@@ -105,6 +106,7 @@ struct Response {
   int32_t peer = -1;  // send/recv: the receiver
   double prescale = 1.0;
   double postscale = 1.0;
+  bool deterministic = false;     // reductions: every element reduced in a fixed order
   int32_t contributors = 0;       // ranks that contribute data (size minus joined ranks)
   int32_t last_joined_rank = -1;  // kJoin
   std::string group;              // members of one group are fused together

@@ -20,7 +20,8 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& q, uint32_t* position
               r.shapes[0] == q.shape && r.device_kind == q.device.kind && r.group == q.group &&
               q.error.empty();
   if (same && has_flag(q.type, op_flags::kReduces))
-    same = r.reduce_op == q.reduce_op && r.prescale == q.prescale && r.postscale == q.postscale;
+    same = r.reduce_op == q.reduce_op && r.prescale == q.prescale && r.postscale == q.postscale &&
+           r.deterministic == q.deterministic;
   if (same && has_flag(q.type, op_flags::kRooted)) same = r.root == q.root;
   return same ? Lookup::kHit : Lookup::kInvalid;
 }

@@ -46,6 +46,7 @@ TestPause test_pause_from_env(int rank) {
 
 Runtime::Runtime(const Config& config, PeerLossHandler on_peer_loss) : config_(config) {
   set_log_level(parse_log_level(config_.log_level));
+  deterministic_ = config_.deterministic;
   build_world();       // MPI and the global set's communicators (runtime/wiring.cc)
   build_operations();  // what every set's ops share
   build_controller(std::move(on_peer_loss));
@@ -117,8 +118,8 @@ bool Runtime::enqueue_lane(const std::string& name, TensorRef& in, TensorRef& ou
   if (topology().size == 1 && config_.single_rank_inline && thread_multiple_ &&
       in.device().kind == Device::kCPU && out.device().kind == Device::kCPU)
     return false;
-  switch (
-      world_->queue().try_lane(name, in, out, op, prescale, postscale, state, topology().rank)) {
+  switch (world_->queue().try_lane(name, in, out, op, prescale, postscale, deterministic(), state,
+                                   topology().rank)) {
     case TensorQueue::LaneResult::kNoLane:
       return false;
     case TensorQueue::LaneResult::kQueuedFirst:

@@ -57,6 +57,11 @@ class Runtime {
   const Config& config() const { return config_; }
   const cluster::GpuAssignment& gpu_assignment() const { return gpu_; }
 
+  // Deterministic reductions (HVD_DETERMINISTIC; hvd::set_deterministic()): read by every
+  // reduction's submission, which carries it to rank 0 (any thread).
+  bool deterministic() const { return deterministic_.load(std::memory_order_relaxed); }
+  void set_deterministic(bool on) { deterministic_.store(on, std::memory_order_relaxed); }
+
   // The global process set (any thread; lives as long as the runtime).
   ProcessSetState& world() { return *world_; }
   // Every process set by id (runtime/process_set.h; lookups from any thread).
@@ -116,6 +121,7 @@ class Runtime {
   // Shared by user threads and the background thread.
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> broken_{false};  // a communication failure stopped the background thread
+  std::atomic<bool> deterministic_{false};
   // Held by the background thread through each cycle (negotiation and execution), and by a user
   // thread running an operation of a one-rank job itself (enqueue_one): they take turns with the
   // ops, the fusion buffer and the communicators.

@@ -120,7 +120,7 @@ void TensorQueue::prefetch_next_locked(const Lane& l) const {
 
 TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef& in,
                                               TensorRef& out, ReduceOp op, double prescale,
-                                              double postscale,
+                                              double postscale, bool deterministic,
                                               const std::shared_ptr<detail::HandleState>& handle,
                                               int rank) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -141,7 +141,7 @@ TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef
   Lane& l = lanes_[at];
   if (l.busy() || (index_.size() != 0 && find_locked(name, h) >= 0))
     throw_in_flight(RequestType::kAllreduce, name, rank);
-  if (!l.takes(in.dtype(), in.device().kind, op, prescale, postscale, in.shape()))
+  if (!l.takes(in.dtype(), in.device().kind, op, prescale, postscale, deterministic, in.shape()))
     return LaneResult::kNoLane;
   if (last_lane_ < lanes_.size() && lanes_[last_lane_].next != static_cast<uint32_t>(at))
     lanes_[last_lane_].next = static_cast<uint32_t>(at);
@@ -195,6 +195,7 @@ Request TensorQueue::lane_entry_locked(Lane& l, int rank) {
   r.device = l.entry.input.device();
   r.prescale = l.prescale;
   r.postscale = l.postscale;
+  r.deterministic = l.deterministic;
   r.name = l.name;
   r.shape = l.shape.vec();
   r.submitted = l.submitted;
@@ -244,7 +245,7 @@ bool TensorQueue::lane_serves_locked(uint32_t pos, const Response& cached) const
   const Lane& l = lanes_[pos];
   return l.state != Lane::State::kClosed && l.name == cached.names.at(0) &&
          l.takes(cached.dtype, cached.device_kind, cached.reduce_op, cached.prescale,
-                 cached.postscale, cached.shapes.at(0));
+                 cached.postscale, cached.deterministic, cached.shapes.at(0));
 }
 
 void TensorQueue::sync_lanes(const std::vector<std::pair<uint32_t, const Response*>>& wanted,
@@ -274,6 +275,7 @@ void TensorQueue::sync_lanes(const std::vector<std::pair<uint32_t, const Respons
     l.reduce_op = cached->reduce_op;
     l.prescale = cached->prescale;
     l.postscale = cached->postscale;
+    l.deterministic = cached->deterministic;
     l.shape = cached->shapes.at(0);
     l.state = Lane::State::kIdle;
     lane_index_.insert(h, pos);

@@ -75,7 +75,7 @@ class TensorQueue {
   // flight, the closing error.
   enum class LaneResult { kNoLane, kQueued, kQueuedFirst };
   LaneResult try_lane(const std::string& name, TensorRef& in, TensorRef& out, ReduceOp op,
-                      double prescale, double postscale,
+                      double prescale, double postscale, bool deterministic,
                       const std::shared_ptr<detail::HandleState>& handle, int rank);
   // Appends the requests added since the last call to *out (swaps when *out is empty: pass a
   // cleared vector back each time and neither side reallocates), and the positions of the lanes
@@ -186,15 +186,16 @@ class TensorQueue {
     Device::Kind device_kind = Device::kCPU;
     ReduceOp reduce_op = ReduceOp::kSum;
     double prescale = 1.0, postscale = 1.0;
+    bool deterministic = false;
     Shape shape;
     TensorTableEntry entry;  // kSubmitted, kPopped: the tensors and handle (no name)
     std::chrono::steady_clock::time_point submitted;
     bool busy() const { return state == State::kSubmitted || state == State::kPopped; }
     // A submission (or a cached response) with these parameters is this lane's.
-    bool takes(DataType t, Device::Kind k, ReduceOp op, double pre, double post,
+    bool takes(DataType t, Device::Kind k, ReduceOp op, double pre, double post, bool det,
                const Shape& s) const {
       return t == dtype && k == device_kind && op == reduce_op && pre == prescale &&
-             post == postscale && s == shape;
+             post == postscale && det == deterministic && s == shape;
     }
   };
   std::vector<Lane> lanes_;      // by cache position

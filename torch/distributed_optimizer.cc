@@ -190,6 +190,7 @@ void DistributedOptimizer::init(const NamedTensors* named) {
     s.hook = s.param.register_hook([this, i](const at::Tensor& grad) { on_gradient(i, grad); });
     s.hooked = true;
   }
+  if (options_.deterministic) hvd::set_deterministic(true);
   last_step_end_ = now_seconds();
 }
 

@@ -46,6 +46,7 @@ Strategy::Strategy(const StrategyOptions& options) : options_(options) {
     throw InvalidArgumentError(std::string("StrategyOptions::gradient_dtype is ") + dtype_name(g) +
                                ": it must be float32, float16 or bfloat16.");
   (void)hvd::size();  // throws the usual error before init()
+  if (options_.deterministic) set_deterministic(true);
 }
 
 int Strategy::num_replicas_in_sync() const { return hvd::size(); }

@@ -54,6 +54,10 @@ struct StrategyOptions {
   // (nearest even), all-reduced as such (half the bytes) and written back as float32. CPU
   // gradients only; gradients of other dtypes travel as they are.
   DataType gradient_dtype = DataType::kFloat32;
+  // true: turns hvd's deterministic reductions on at construction (hvd::set_deterministic(true),
+  // for the whole process): training gives the same bits on every run with fusion on. false
+  // leaves the setting as it is (HVD_DETERMINISTIC).
+  bool deterministic = false;
 };
 
 // This replica's share of one epoch: the same number of steps on every replica.

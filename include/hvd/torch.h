@@ -212,6 +212,10 @@ struct DistributedOptimizerOptions {
   // The ranks that average the gradients (hvd/process_set.h): a data-parallel group inside a
   // larger job, such as one pipeline stage's replicas. Default-constructed: the global set.
   ProcessSet process_set = {};
+  // true: turns hvd's deterministic reductions on at construction (hvd::set_deterministic(true),
+  // for the whole process): the same bits on every run with fusion on. false leaves the setting as
+  // it is (HVD_DETERMINISTIC).
+  bool deterministic = false;
 };
 
 // Where step time goes (seconds, summed over steps since construction or reset_stats()).

@@ -46,7 +46,7 @@ class MpiHierarchicalAllreduce : public FusedAllreduce<HostMemory> {
                            CopyWorkers* copies = nullptr);
   const char* name() const override { return "mpi_hierarchical_allreduce"; }
   bool enabled(const OpBatch& batch) const override {
-    return plan_.use && batch.device.kind == Device::kCPU;
+    return plan_.use && batch.device.kind == Device::kCPU && !batch.deterministic;
   }
 
  protected:
@@ -77,7 +77,7 @@ class NcclHierarchicalAllreduce : public FusedAllreduce<cuda::DeviceMemory, nccl
   NcclHierarchicalAllreduce(nccl::NcclContext& ctx, cuda::Finalizer& finalizer);
   const char* name() const override { return "nccl_hierarchical_allreduce"; }
   bool enabled(const OpBatch& batch) const override {
-    return plan_.use && batch.device.kind == Device::kCUDA;
+    return plan_.use && batch.device.kind == Device::kCUDA && !batch.deterministic;
   }
   void execute(OpBatch& batch) override;
 

@@ -24,6 +24,7 @@
 // count; only the last is padded, by the packing).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "common/dtype_math.h"
 #include "ops/mpi/mpi_ops.h"
@@ -56,6 +57,7 @@ void allreduce_chunked(const comm::MpiContext& ctx, const void* sendbuf, void* r
 namespace {
 constexpr int64_t kCompressedRound = int64_t{1}
                                      << 24;  // 16-bit elements per alltoall/allgather round
+constexpr int64_t kOrderedRoundBytes = int64_t{64} << 20;  // deterministic: bytes per round
 }  // namespace
 
 double MpiAllreduce::reduce(const void* in, void* out, int64_t count, DataType dtype,
@@ -63,6 +65,16 @@ double MpiAllreduce::reduce(const void* in, void* out, int64_t count, DataType d
   if (dtype != batch.dtype) {
     reduce_compressed(static_cast<uint16_t*>(out), count, dtype, batch);
     return batch.postscale;  // 1/contributors is folded into the one rounding
+  }
+  // Two ranks: whatever its algorithm, MPI_Allreduce makes each element with one op of the two
+  // values, and IEEE addition and multiplication commute; and one op in the dtype gives the bits
+  // of reduce_blocks_ordered's op in double rounded once (double has at least 2p+2 bits of a
+  // float's or a 16-bit float's p; hvd's fp16/bf16 MPI ops compute in float: 24 >= 2*11+2). So
+  // two ranks take MPI_Allreduce, deterministic already.
+  if (batch.deterministic && ordered_reduction(dtype, batch.reduce_op) &&
+      ctx_.topology().size > 2) {
+    reduce_in_rank_order(in, out, count, dtype, batch.reduce_op);
+    return post;
   }
   allreduce_chunked(ctx_, in == out ? MPI_IN_PLACE : in, out, count, dtype, batch.reduce_op,
                     ctx_.world());
@@ -96,6 +108,48 @@ void MpiAllreduce::reduce_compressed(uint16_t* buf, int64_t n, DataType wire,
       MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, chunk, static_cast<int>(block),
                               type, ctx_.world()));
     }
+    done += len;
+  }
+}
+
+// HVD_DETERMINISTIC: each round of the elements is cut into one block per rank (the first
+// len % p blocks one element longer); MPI_Alltoallv gives every rank every rank's copy of its own
+// block; it reduces them in rank order (reduce_blocks_ordered: in double, rounded once); and
+// MPI_Allgatherv brings every rank the whole round. An element's result depends on the p values
+// alone, never on where it sits nor on how many elements the batch has, which MPI_Allreduce's
+// algorithms (recursive doubling, ring segments, chosen by size) do not give. It moves what a ring
+// moves: (p-1)/p of the data twice per rank.
+void MpiAllreduce::reduce_in_rank_order(const void* in, void* out, int64_t count, DataType dtype,
+                                        ReduceOp op) {
+  const size_t p = static_cast<size_t>(ctx_.topology().size);
+  const size_t me = static_cast<size_t>(ctx_.topology().rank);
+  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const MPI_Datatype type = ctx_.datatype(dtype);
+  const int64_t ranks = static_cast<int64_t>(p);
+  const int64_t round = std::max<int64_t>(kOrderedRoundBytes / esize / ranks, 1) * ranks;
+  std::vector<int> counts(p), displs(p), mine(p), at(p);
+  for (int64_t done = 0; done < count;) {
+    const int64_t len = std::min(count - done, round);
+    int offset = 0;
+    for (size_t j = 0; j < p; ++j) {
+      counts[j] = static_cast<int>(len / ranks + (static_cast<int64_t>(j) < len % ranks ? 1 : 0));
+      displs[j] = offset;
+      offset += counts[j];
+    }
+    const int block = counts[me];
+    for (size_t j = 0; j < p; ++j) {
+      mine[j] = block;
+      at[j] = static_cast<int>(j) * block;
+    }
+    const char* src = static_cast<const char*>(in) + done * esize;
+    char* dst = static_cast<char*>(out) + done * esize;
+    void* blocks = scratch_.get(static_cast<size_t>(int64_t{block} * ranks * esize));
+    MPI_CHECK(MPI_Alltoallv(src, counts.data(), displs.data(), type, blocks, mine.data(), at.data(),
+                            type, ctx_.world()));
+    reduce_blocks_ordered(dtype, op, blocks, p, static_cast<size_t>(block),
+                          static_cast<size_t>(block), dst + int64_t{displs[me]} * esize);
+    MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, dst, counts.data(), displs.data(),
+                             type, ctx_.world()));
     done += len;
   }
 }

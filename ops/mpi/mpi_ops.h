@@ -45,8 +45,10 @@ class MpiAllreduce : public FusedAllreduce<HostMemory, MpiOp> {
 
  private:
   void reduce_compressed(uint16_t* buf, int64_t count, DataType wire, const OpBatch& batch);
+  void reduce_in_rank_order(const void* in, void* out, int64_t count, DataType dtype, ReduceOp op);
 
-  FusionBuffer scratch_;  // compressed path: the blocks every rank sends this rank
+  FusionBuffer
+      scratch_;  // compressed and deterministic paths: the blocks every rank sends this one
 };
 
 class MpiAllgather : public MpiOp {

@@ -27,7 +27,11 @@ namespace hvd::ops::nccl {
 class NcclOp : public CollectiveOp {
  public:
   NcclOp(NcclContext& ctx, cuda::Finalizer& finalizer) : ctx_(ctx), finalizer_(finalizer) {}
-  bool enabled(const OpBatch& batch) const override { return batch.device.kind == Device::kCUDA; }
+  // Not a deterministic reduction (HVD_DETERMINISTIC): NCCL's order depends on the buffer's size
+  // and an element's place in it; the staged MPI op reduces those in rank order.
+  bool enabled(const OpBatch& batch) const override {
+    return batch.device.kind == Device::kCUDA && !batch.deterministic;
+  }
 
  protected:
   // Selects the device, checks that every CUDA tensor is on it, and makes hvd's stream wait for

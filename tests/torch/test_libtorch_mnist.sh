@@ -8,6 +8,8 @@
 #   resume        on NP ranks: 40 steps in one run, against 20 steps, then a run resumed from the
 #                 rank-0 checkpoint to 40: the same weights, bit for bit
 #   plain         the plain LibTorch trainer: 10 steps with a checkpoint, resumed to 20
+#   repeat        HVD_DETERMINISTIC=1, fusion on: the same command twice on NP ranks ends with the
+#                 same weights, bit for bit (docs/determinism.md)
 set -euo pipefail
 
 mode=$1 plain=$2 hvd=$3 workdir=$4 np=$5
@@ -62,6 +64,20 @@ case "$mode" in
     else
       compare "$dir/uninterrupted.txt" "$dir/resumed.txt" 0 0 || true
       echo "FAIL: the resumed run's weights differ"
+      exit 1
+    fi
+    ;;
+  repeat)
+    args=("${common[@]}" --batch-size 96 --max-steps 30 --dropout 0)
+    for run in 1 2; do
+      HVD_DETERMINISTIC=1 "${mpiexec[@]}" -np "$np" "$hvd" "${args[@]}" \
+        --weights-out "$dir/run$run.txt" | tee "$dir/run$run.log"
+    done
+    if cmp -s "$dir/run1.txt" "$dir/run2.txt"; then
+      echo "OK: two deterministic runs on $np ranks end with the same weights, bit for bit"
+    else
+      compare "$dir/run1.txt" "$dir/run2.txt" 0 0 || true
+      echo "FAIL: two runs of the same command differ (HVD_DETERMINISTIC=1)"
       exit 1
     fi
     ;;

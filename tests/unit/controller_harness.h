@@ -117,7 +117,7 @@ class Rank {
     TensorRef in(nullptr, DataType::kFloat32, shape), out(nullptr, DataType::kFloat32, shape);
     auto state = detail::make_handle_state(1);
     if (handle) *handle = state;
-    return queue_.try_lane(name, in, out, ReduceOp::kSum, 1.0, 1.0, state, rank_);
+    return queue_.try_lane(name, in, out, ReduceOp::kSum, 1.0, 1.0, false, state, rank_);
   }
   TensorQueue& queue() { return queue_; }
   // A first step of `name` (4 floats), through rank 0, after which its lane is open (the runtime

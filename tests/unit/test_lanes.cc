@@ -209,7 +209,7 @@ TEST(TensorQueueLanes, CloseFailsTheLanesSubmissions) {
   EXPECT_EQ(queue.lane_name(5), "w");
   TensorRef in(nullptr, DataType::kFloat32, {3}), out = in;
   auto h = detail::make_handle_state(1);
-  EXPECT_EQ(queue.try_lane("w", in, out, ReduceOp::kSum, 1.0, 1.0, h, 0),
+  EXPECT_EQ(queue.try_lane("w", in, out, ReduceOp::kSum, 1.0, 1.0, false, h, 0),
             TensorQueue::LaneResult::kQueuedFirst);
   EXPECT_TRUE(queue.waiting().any);
   queue.close(detail::ErrorKind::kInvalidArgument, "closed for the test");
@@ -219,9 +219,9 @@ TEST(TensorQueueLanes, CloseFailsTheLanesSubmissions) {
       << h->results().error;
   // No lane is left: the caller goes the ordinary way, which refuses it with the closing error.
   TensorRef in2(nullptr, DataType::kFloat32, {3}), out2 = in2;
-  EXPECT_EQ(
-      queue.try_lane("w", in2, out2, ReduceOp::kSum, 1.0, 1.0, detail::make_handle_state(1), 0),
-      TensorQueue::LaneResult::kNoLane);
+  EXPECT_EQ(queue.try_lane("w", in2, out2, ReduceOp::kSum, 1.0, 1.0, false,
+                           detail::make_handle_state(1), 0),
+            TensorQueue::LaneResult::kNoLane);
   TensorTableEntry e;
   e.name = "w";
   e.handle = detail::make_handle_state(1);
@@ -242,7 +242,8 @@ TEST(TensorQueueLanes, AClosedLaneHandsItsSubmissionBack) {
   std::vector<std::pair<uint32_t, Request>> popped;
   queue.sync_lanes({{0, &a}}, 0, &popped);
   TensorRef in(nullptr, DataType::kFloat32, {2}), out = in;
-  EXPECT_NE(queue.try_lane("a", in, out, ReduceOp::kSum, 1.0, 1.0, detail::make_handle_state(1), 3),
+  EXPECT_NE(queue.try_lane("a", in, out, ReduceOp::kSum, 1.0, 1.0, false,
+                           detail::make_handle_state(1), 3),
             TensorQueue::LaneResult::kNoLane);
   queue.sync_lanes({{0, &b}}, 3, &popped);  // before a pop
   EXPECT_TRUE(popped.empty());
@@ -258,9 +259,9 @@ TEST(TensorQueueLanes, AClosedLaneHandsItsSubmissionBack) {
   EXPECT_TRUE(queue.take("a").has_value());  // its entry is in the table
   // Popped, then the lane closes: the request comes back with its position.
   TensorRef in2(nullptr, DataType::kFloat32, {2}), out2 = in2;
-  EXPECT_NE(
-      queue.try_lane("b", in2, out2, ReduceOp::kSum, 1.0, 1.0, detail::make_handle_state(1), 3),
-      TensorQueue::LaneResult::kNoLane);
+  EXPECT_NE(queue.try_lane("b", in2, out2, ReduceOp::kSum, 1.0, 1.0, false,
+                           detail::make_handle_state(1), 3),
+            TensorQueue::LaneResult::kNoLane);
   requests.clear();
   queue.pop_requests(&requests, &lanes);
   EXPECT_EQ(lanes, (std::vector<uint32_t>{0}));
@@ -297,7 +298,7 @@ TEST(TensorQueueLanes, SubmissionsInAnyOrderFindTheirOwnLanes) {
   auto step = [&](const std::vector<size_t>& order) {
     for (size_t i : order) {
       TensorRef in(&data[i], DataType::kFloat32, {static_cast<int64_t>(i + 1)}), out = in;
-      ASSERT_NE(queue.try_lane(names[i], in, out, ReduceOp::kSum, 1.0, 1.0,
+      ASSERT_NE(queue.try_lane(names[i], in, out, ReduceOp::kSum, 1.0, 1.0, false,
                                detail::make_handle_state(1), 0),
                 TensorQueue::LaneResult::kNoLane)
           << names[i];
@@ -331,7 +332,8 @@ TEST(TensorQueueLanes, SubmissionsInAnyOrderFindTheirOwnLanes) {
   EXPECT_TRUE(popped.empty());
   auto submit = [&](const std::string& name, int64_t n) {
     TensorRef in(&data[0], DataType::kFloat32, {n}), out = in;
-    return queue.try_lane(name, in, out, ReduceOp::kSum, 1.0, 1.0, detail::make_handle_state(1), 0);
+    return queue.try_lane(name, in, out, ReduceOp::kSum, 1.0, 1.0, false,
+                          detail::make_handle_state(1), 0);
   };
   EXPECT_NE(submit("a", 1), TensorQueue::LaneResult::kNoLane);
   EXPECT_EQ(submit("b", 2), TensorQueue::LaneResult::kNoLane);
