@@ -1,7 +1,7 @@
 #!/bin/bash
 # Interleaved rounds of one allreduce_bench case, in place and out of place, for several builds of
 # the bench (e.g. before and after a change) and, when it is installed, Horovod 0.28.1's same case
-# (../shared/bench/horovod/bench_horovod.py, variants oop and inplace). Each round runs every
+# (scripts/horovod/bench_horovod.py, variants oop and inplace). Each round runs every
 # build once, then Horovod, so that a change of load hits all of them alike. Prints one line per
 # run and, at the end, the median over rounds of each time and ratio. docs/benchmarks.md quotes it.
 #
@@ -9,8 +9,8 @@
 #     -r ROUNDS   rounds (default 3)
 #     -c CASE     64MiB (default; -b 64M -e 64M -n 10 -w 2, Horovod's 64MiB case) or 4KiB
 #                 (-b 4K -e 4K -n 200 -w 20; Horovod is not run)
-#     -H FILE     bench_horovod.py (default ../shared/bench/horovod/bench_horovod.py next to the
-#                 checkout); "none" skips Horovod
+#     -H FILE     bench_horovod.py (default scripts/horovod/bench_horovod.py of this checkout);
+#                 "none" skips Horovod
 # Times are milliseconds per iteration: hvd's and the raw MPI baseline's mean over the timed loop
 # (averaged over ranks), Horovod's mean_ms (the comparable figure, see its README).
 set -u
@@ -29,14 +29,14 @@ if (($# == 0)); then
   exit 2
 fi
 here=$(cd "$(dirname "$0")" && pwd)
-[ -n "$horovod" ] || horovod=$here/../../../shared/bench/horovod/bench_horovod.py
+[ -n "$horovod" ] || horovod=$here/../../scripts/horovod/bench_horovod.py
 case $case in
   64MiB) flags=(-b 64M -e 64M -d float -o sum -n 10 -w 2) ;;
   4KiB) flags=(-b 4K -e 4K -d float -o sum -n 200 -w 20); horovod=none ;;
   *) echo "$0: -c '$case' is not a case: use 64MiB or 4KiB" >&2; exit 2 ;;
 esac
 if [ "$horovod" != none ] && ! /usr/bin/python3 -c 'import horovod.torch' 2>/dev/null; then
-  echo "# Horovod is not installed (../shared/bench/horovod/install.sh): not run"
+  echo "# Horovod is not installed (scripts/horovod/install.sh): not run"
   horovod=none
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
