@@ -23,8 +23,8 @@
 // operation fails too (instead of waiting forever), with the core's message naming the rank
 // ("rank 2: the tensor has dtype 127, which is not a DataType ..."): hvd::torch submits a request
 // the core rejects on every rank. The async functions throw these errors from the call itself.
-// CUDA: compiled only against a CUDA build of LibTorch
-// (HVD_TORCH_WITH_CUDA); untested so far (Debian's LibTorch is CPU-only).
+// CUDA: compiled only against a CUDA build of LibTorch (HVD_TORCH_WITH_CUDA; Debian's LibTorch
+// is CPU-only); tests/torch/test_torch_cuda.cc (label gpu) runs it on a GPU (docs/libtorch.md).
 //
 // Results are not differentiable (no autograd graph through a collective). Names: every rank
 // passes the same name for the same operation, as with the core API (hvd/collectives.h).
