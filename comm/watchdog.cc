@@ -6,10 +6,10 @@
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
-#include <sstream>
 
 #include "comm/mpi_context.h"
 #include "common/logging.h"
+#include "common/number_text.h"
 #include "common/ranks.h"
 #include "hvd/error.h"
 
@@ -34,12 +34,6 @@ double probe_window_seconds(double peer_timeout_seconds) {
 
 int64_t now_ns() {
   return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
-}
-
-std::string seconds_text(double s) {
-  std::ostringstream o;
-  o << s;
-  return o.str();
 }
 
 // The last sentence of the peer-loss error: what happens next.
@@ -240,7 +234,7 @@ void Watchdog::check_lost_notice() {
   peer_loss(lost_ranks_message(
       lost, "rank " + std::to_string(st.MPI_SOURCE) + " had no answer from " +
                 (lost.size() > 1 ? "them" : "it") + " for HVD_PEER_TIMEOUT_SECONDS=" +
-                seconds_text(options_.peer_timeout_seconds) + " s"));
+                number_text(options_.peer_timeout_seconds) + " s"));
 }
 
 // One data-plane op has been running since `started` (0: none).
@@ -249,7 +243,7 @@ void Watchdog::check_op(int64_t started, const std::string& what) {
   const int64_t limit_ns = probes() ? timeout_ns : timeout_ns + 5'000'000'000;
   const int64_t now = now_ns();
   if (started == 0 || now - started <= limit_ns) return;
-  const std::string timeout = seconds_text(options_.peer_timeout_seconds);
+  const std::string timeout = number_text(options_.peer_timeout_seconds);
   const std::string running = std::to_string((now - started) / 1000000000);
   if (!probes()) {
     peer_loss(what + " has not finished after " + running +

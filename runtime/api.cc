@@ -706,7 +706,9 @@ ProcessSet add_process_set(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
   const std::vector<int64_t> list(ranks.begin(), ranks.end());
   const int size = Using("add_process_set()")->topology().size;
-  const std::string call = "add_process_set(" + shape_string(list) + ") failed: ";
+  const int me = Using("add_process_set()")->topology().rank;
+  const std::string call =
+      "add_process_set(" + shape_string(list) + ") failed on rank " + std::to_string(me) + ": ";
   std::string error;
   if (ranks.empty()) error = call + "a process set needs at least one rank.";
   for (size_t i = 0; i < ranks.size() && error.empty(); ++i) {

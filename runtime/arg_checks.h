@@ -17,12 +17,12 @@
 #include <cmath>
 #include <cstdint>
 #include <iterator>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cluster/gpu_assignment.h"
 #include "common/dtype.h"
+#include "common/number_text.h"
 #include "common/ranks.h"
 #include "hvd/collectives.h"
 #include "hvd/error.h"
@@ -35,12 +35,6 @@ inline std::string shown(const std::string& name) {
   std::string s;
   for (char c : name) s += c == '\0' ? std::string("\\0") : std::string(1, c);
   return s.size() <= 64 ? s : s.substr(0, 64) + "...";
-}
-
-inline std::string fmt_double(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
 }
 
 // Thrown at once on this rank: a name that no rank can match.
@@ -187,7 +181,7 @@ struct Checks {
 
   void scales(double prescale, double postscale) {
     if (!failed() && !(std::isfinite(prescale) && std::isfinite(postscale)))
-      fail("prescale " + fmt_double(prescale) + " and postscale " + fmt_double(postscale) +
+      fail("prescale " + number_text(prescale) + " and postscale " + number_text(postscale) +
            " must both be finite numbers.");
   }
 

@@ -2,16 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
+
+#include "common/number_text.h"
 
 namespace hvd {
 namespace {
-
-std::string fmt_double(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
 
 Response error_response(const std::string& name, const std::vector<int64_t>& shape,
                         const std::string& message) {
@@ -68,9 +63,9 @@ std::string Coordinator::mismatch(const Request& a, const Request& b,
              " for " + reduce_op_name(a.reduce_op) +
              ". Every rank must use the same reduce op for '" + name + "'.";
     if (b.prescale != a.prescale || b.postscale != a.postscale)
-      return who(b) + " sent prescale " + fmt_double(b.prescale) + " and postscale " +
-             fmt_double(b.postscale) + ", " + who(a) + " sent prescale " + fmt_double(a.prescale) +
-             " and postscale " + fmt_double(a.postscale) +
+      return who(b) + " sent prescale " + number_text(b.prescale) + " and postscale " +
+             number_text(b.postscale) + ", " + who(a) + " sent prescale " +
+             number_text(a.prescale) + " and postscale " + number_text(a.postscale) +
              ". Every rank must use the same scale factors for '" + name + "'.";
     if (b.deterministic != a.deterministic)
       return who(b) + (b.deterministic ? " reduces" : " does not reduce") + " '" + name +

@@ -153,7 +153,8 @@ int ProcessSetTable::apply(const Response& r, const SetShared& shared, int fake_
     }
     set->close(detail::ErrorKind::kInvalidArgument,
                "process set " + std::to_string(r.root) +
-                   " was removed (remove_process_set()) before every member submitted it.");
+                   " was removed (remove_process_set()) before every member submitted it; wait "
+                   "for a set's operations on every member before removing it.");
     set->release(false);
     HVD_LOG(Debug) << "process set " << r.root << " removed";
     return r.root;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "common/number_text.h"
+
 namespace hvd {
 namespace {
 
@@ -15,12 +17,6 @@ Clock::duration seconds_of(double s) {
 std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f s", s);
-  return buf;
-}
-
-std::string setting_text(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", s);
   return buf;
 }
 
@@ -86,12 +82,12 @@ StallInspector::Verdict StallInspector::judge(const std::vector<Controller::Stal
     next_warning_ = now + seconds_of(options_.check_seconds);
     v.warnings.push_back(
         "stall: tensors submitted by some ranks and not others for more than " +
-        setting_text(options_.check_seconds) + " s (HVD_STALL_CHECK_TIME_SECONDS): " + warn +
+        number_text(options_.check_seconds) + " s (HVD_STALL_CHECK_TIME_SECONDS): " + warn +
         ". Every rank must submit the same tensors (a rank that skipped a step, returned early or "
         "took another branch?)" +
         (options_.shutdown_seconds > 0
              ? "; hvd shuts down after HVD_STALL_SHUTDOWN_TIME_SECONDS=" +
-                   setting_text(options_.shutdown_seconds) + " s."
+                   number_text(options_.shutdown_seconds) + " s."
              : "; HVD_STALL_SHUTDOWN_TIME_SECONDS fails them instead of waiting forever."));
   }
   if (options_.shutdown_seconds > 0 && !sorted.empty() &&
@@ -99,7 +95,7 @@ StallInspector::Verdict StallInspector::judge(const std::vector<Controller::Stal
     // Every stalled tensor fails, with one message naming them all: the tensor one rank skipped
     // and the one another rank is stuck on are usually two sides of the same mistake.
     const std::string reason = "stalled for more than HVD_STALL_SHUTDOWN_TIME_SECONDS=" +
-                               setting_text(options_.shutdown_seconds) +
+                               number_text(options_.shutdown_seconds) +
                                " s, so hvd shut down: " + list_of(0) +
                                ". Every rank must submit the same tensors (a rank that skipped a "
                                "step, returned early or took another "

@@ -278,6 +278,10 @@ TEST_F(TorchTraining, DistributedOptimizerMatchesTheGlobalBatch) {
   check_distributed("two_passes.after_backward", {.backward_passes_per_step = 2, .overlap = false},
                     1e-10);
   check_distributed("fp16", {.compression = ht::Compression::kFP16}, 2e-2);
+  // The switch turns hvd's deterministic reductions on for the process (docs/determinism.md).
+  check_distributed("deterministic", {.deterministic = true}, 1e-10);
+  EXPECT_TRUE(hvd::deterministic());
+  hvd::set_deterministic(false);
 }
 
 TEST_F(TorchTraining, DistributedOptimizerUnusedParameter) {
