@@ -58,8 +58,9 @@ trap 'exit 143' TERM
 trap 'exit 130' INT
 "$SIM" up --replace --name "$NAME" --subnet "$SUBNET" --nodes 2 || { echo "FAILED: could not build the simulated cluster"; exit 1; }
 
-# Bitwise-comparable fusion, peer loss named after 5 s: forwarded to every rank by hvdrun (HVD_*).
-export HVD_FUSION_THRESHOLD=0 HVD_PEER_TIMEOUT_SECONDS=5
+# Bitwise-reproducible reductions with fusion on (docs/determinism.md), peer loss named after
+# 5 s: forwarded to every rank by hvdrun (HVD_*).
+export HVD_DETERMINISTIC=1 HVD_PEER_TIMEOUT_SECONDS=5
 AGENT=/tmp/hvd-sim-$NAME/rsh-agent
 hvdrun=("$HVDRUN" --network-interface "10.213.$SUBNET.0/24"
         --mpi-args "--mca plm_rsh_agent $AGENT --mca pml ob1 --mca btl self,vader,tcp")

@@ -24,9 +24,9 @@
 #     (Reason=BeginTime), and SchedulerParameters=sched_interval=--sched-interval (default 2 s;
 #     SLURM's 60 s): the main scheduling pass that then starts it.
 #  3. The reference: `mpirun -np N train_cnn ARGS --checkpoint-dir ... --dump-weights ref.bin`,
-#     uninterrupted, HVD_FUSION_THRESHOLD=0 (fusion order fixed: bitwise reproducible).
+#     uninterrupted, HVD_DETERMINISTIC=1 (bitwise reproducible with fusion on).
 #  4. Submits each template (sbatch --nodes=1 --ntasks-per-node=N, TRAIN_ARGS = ARGS + --job-args
-#     + --dump-weights, CKPT_EVERY, HVD_FUSION_THRESHOLD=0), delivers the scenario's signal, and
+#     + --dump-weights, CKPT_EVERY, HVD_DETERMINISTIC=1), delivers the scenario's signal, and
 #     follows each job's log every 0.25 s (bounded by --timeout), timing its events.
 #  5. Checks each job: JobState COMPLETED, ExitCode 0:0, Restarts >= 1; its log shows the stop
 #     line (for one-rank: the signal seen on that rank alone), the exit 75, `scontrol requeue`, the
@@ -87,7 +87,7 @@ SLURM_CONF_EXTRA="SchedulerParameters=sched_interval=$SCHED_INTERVAL"
 slurm_env_start
 OUT=$WORKDIR/out
 cd "$OUT" || fail "no $OUT" # the submit directory: the templates' checkpoint folders go here
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 HVD_FUSION_THRESHOLD=0
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 HVD_DETERMINISTIC=1
 T0=$(date +%s.%N)
 now() { echo "$(date +%s.%N) - $T0" | bc; }
 since() { printf '%.1f' "$(echo "$2 - $1" | bc)"; }
