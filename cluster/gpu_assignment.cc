@@ -15,12 +15,6 @@ int count_entries(const std::string& list) {
   return n;
 }
 
-// "cpu" / "cuda:N", as hvd::device_name() spells it; local because hvd_cluster (also linked into
-// hvdrun) does not link the library that defines that.
-std::string name_of(const Device& d) {
-  return d.kind == Device::kCUDA ? "cuda:" + std::to_string(d.index) : std::string("cpu");
-}
-
 std::string get(const EnvLookup& env, const char* name) {
   auto v = env(name);
   return v ? *v : std::string();
@@ -85,11 +79,11 @@ GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env) {
 std::string cuda_tensor_problem(const GpuAssignment& a, const Device& device) {
   if (device.kind != Device::kCUDA) return "";
   if (a.device < 0)
-    return "the tensor is on " + name_of(device) +
+    return "the tensor is on " + device_name(device) +
            " but this process has no CUDA device: " + a.note;
   if (device.index != a.device)
-    return "the tensor is on " + name_of(device) + " but this process was given " +
-           name_of(Device::cuda(a.device)) + " (local rank modulo the " +
+    return "the tensor is on " + device_name(device) + " but this process was given " +
+           device_name(Device::cuda(a.device)) + " (local rank modulo the " +
            std::to_string(a.visible_devices) + " visible device(s), " + a.visible_source +
            "). Allocate the tensor on cuda:" + std::to_string(a.device) +
            " (hvd::local_rank() % device count), or pass a CPU tensor.";
@@ -103,7 +97,7 @@ void check_cuda_tensor(const GpuAssignment& a, const Device& device, const std::
 
 std::string to_string(const GpuAssignment& a, const GpuAssignmentInput& in) {
   std::ostringstream s;
-  s << (a.device < 0 ? std::string("no device") : name_of(Device::cuda(a.device)))
+  s << (a.device < 0 ? std::string("no device") : device_name(Device::cuda(a.device)))
     << " (local rank " << in.local_rank << " of " << in.local_size << ", " << a.visible_devices
     << " visible device(s), " << a.visible_source << ")";
   if (!a.note.empty()) s << ": " << a.note;

@@ -3,7 +3,7 @@
 // The one table of hvd's element types (hvd::DataType): per dtype its size, its name in messages
 // ("float32"), its safetensors code ("F32") and the C++ type that stores one element. Everything
 // in the library that needs one of these reads it from here: hvd::dtype_size and hvd::dtype_name
-// (runtime/tensor.cc), the element-wise math (common/dtype_math.cc) and the checkpoint format
+// (common/tensor.cc), the element-wise math (common/dtype_math.cc) and the checkpoint format
 // (training/safetensors.cc). Adding a dtype: a row here, an enumerator in include/hvd/tensor.h
 // (same place; a static_assert below checks the order), then the switch statements the compiler
 // flags (-Wswitch) in the math, MPI and NCCL code.

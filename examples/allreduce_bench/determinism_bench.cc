@@ -1,9 +1,10 @@
 // determinism_bench: the cost of deterministic reductions (HVD_DETERMINISTIC,
 // hvd::set_deterministic) against the default, in one process, interleaved: each pair of
-// iterations runs the same K all-reduces once with the mode off and once on (a barrier before each side, the order of the two
-// sides alternating from pair to pair), under two sets of names, so that each mode keeps its own
-// cached responses. Prints the medians of both sides and the median (quartiles) of the pairs'
-// ratios, deterministic / default: above 1 the mode costs that factor.
+// iterations runs the same K all-reduces once with the mode off and once on (a barrier before
+// each side, the order of the two sides alternating from pair to pair), under two sets of names,
+// so that each mode keeps its own cached responses. Prints the medians of both sides and the
+// median (quartiles) of the pairs' ratios, deterministic / default: above 1 the mode costs that
+// factor.
 //
 //   mpirun -np 3 determinism_bench --tensors 1000 --bytes 4096 --pairs 200
 //   mpirun -np 3 determinism_bench --tensors 1 --bytes 64M --pairs 20

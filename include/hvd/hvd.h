@@ -45,9 +45,10 @@ using PeerLossHandler = std::function<void(const std::string& message)>;
 void set_peer_loss_handler(PeerLossHandler handler);
 
 // Deterministic reductions. On, every floating-point sum, average and product that an all-reduce
-// or grouped all-reduce submitted afterwards makes is reduced element by element in rank order (rank 0's value, plus rank 1's, ..., in double, rounded once), whatever the element's
-// place in the fusion buffer and the buffer's size: the same program on the same ranks with the
-// same data gives the same bits on every run, with fusion on. Not across rank counts (the sums
+// or grouped all-reduce submitted afterwards makes is reduced element by element in rank order
+// (rank 0's value, plus rank 1's, ..., in double, rounded once), whatever the element's place in
+// the fusion buffer and the buffer's size: the same program on the same ranks with the same data
+// gives the same bits on every run, with fusion on. Not across rank counts (the sums
 // have other operands). Starts as HVD_DETERMINISTIC says (default off). Every rank must switch it
 // at the same point of its sequence of collectives: an operation that ranks submit one way and
 // another fails on every rank, naming them. Integer and min/max reductions are exact in any order
