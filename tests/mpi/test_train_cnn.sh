@@ -179,7 +179,7 @@ case "$mode" in
     # hvd/stop.h in train_cnn: a signal stops every rank after the same step, rank 0 saves, the
     # job exits 75, and the same command resumes and ends bitwise where the uninterrupted run ends.
     np=${TRAIN_CNN_NP:-2}
-    export HVD_FUSION_THRESHOLD=0  # the summation order must not depend on timing (bitwise)
+    export HVD_DETERMINISTIC=1  # the summation order must not depend on timing (bitwise)
     steps_per_epoch=$((1024 / (16 * np)))
     total=$((2 * steps_per_epoch))
     every=5

@@ -126,11 +126,11 @@ case "$mode" in
       --loss-scale-window 5)
     per_epoch=$((1024 / (16 * np)))
     stop=$((per_epoch + per_epoch / 2 + 1))
-    # Bitwise across runs needs every gradient reduced alone: which gradients share one fused
+    # Bitwise across runs needs deterministic reductions: which gradients share one fused
     # all-reduce depends on timing, and on 3 ranks a sum of 3 terms depends on where a tensor lands
-    # in the fusion buffer (as test_train_cnn_recompute.sh and _prefetch.sh; without it, .np3 failed
-    # 4 runs in 16 with one weight 1 ulp apart).
-    export HVD_FUSION_THRESHOLD=0
+    # in the fusion buffer (without it, .np3 failed 4 runs in 16 with one weight 1 ulp apart).
+    # HVD_DETERMINISTIC=1 keeps fusion on (docs/determinism.md).
+    export HVD_DETERMINISTIC=1
     export TRAIN_CNN_TEST_OVERFLOW="$((np - 1)):7,0:$((stop + 5))"
     mpi "$np" "${common[@]}" --checkpoint-dir ck_a --dump-weights a.bin >a.log 2>&1 ||
       { cat a.log; fail "the uninterrupted run failed"; }

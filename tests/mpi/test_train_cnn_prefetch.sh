@@ -13,13 +13,13 @@
 # done line must report a data-wait share. Then a bad --prefetch value must fail fast with the
 # flag's message.
 #
-# HVD_FUSION_THRESHOLD=0: which gradients the runtime fuses into one all-reduce depends on when
-# they become ready, and on 3 or more ranks MPI's summation order depends on the message size, so
-# with fusion two runs of the very same command differ in the last bits (measured: three
-# --prefetch 0 runs on 3 ranks, three different weight files). Without fusion every tensor is
-# reduced alone and runs are bitwise repeatable, so any difference left is the pipeline's.
+# HVD_DETERMINISTIC=1: which gradients the runtime fuses into one all-reduce depends on when they
+# become ready, and on 3 or more ranks MPI's summation order depends on the message size, so by
+# default two runs of the very same command differ in the last bits (measured: three --prefetch 0
+# runs on 3 ranks, three different weight files). Deterministic reductions make runs bitwise
+# repeatable with fusion on (docs/determinism.md), so any difference left is the pipeline's.
 set -uo pipefail
-export HVD_FUSION_THRESHOLD=0
+export HVD_DETERMINISTIC=1
 
 np=$1 train_cnn=$2 compare=$3 workdir=$4
 shift 4

@@ -37,13 +37,13 @@ else
 fi
 # On 3 or more ranks the sum of a gradient over ranks depends on the order MPI adds the ranks'
 # terms, which depends on the tensor's place in a fused buffer, which depends on timing (which
-# gradients are ready at a negotiation cycle): two runs of the same command then differ in the last
-# bits, recomputation or not (on 1 and 2 ranks a + b == b + a). Without fusion every gradient is
-# reduced alone, in an order fixed by its size, so the runs are reproducible and comparable bit
-# for bit.
+# gradients are ready at a negotiation cycle): by default two runs of the same command then differ
+# in the last bits, recomputation or not (on 1 and 2 ranks a + b == b + a). Deterministic
+# reductions add every gradient's terms in rank order, fused or not (docs/determinism.md), so the
+# runs are reproducible and comparable bit for bit.
 if ((np >= 3)); then
-  export HVD_FUSION_THRESHOLD=0
-  echo "HVD_FUSION_THRESHOLD=0: every gradient reduced alone (a fixed order of the $np terms)"
+  export HVD_DETERMINISTIC=1
+  echo "HVD_DETERMINISTIC=1: every gradient's terms added in rank order, fusion on"
 fi
 # --benchmark: no evaluation, and the "activations:" line; --benchmark-warmup 0 so that every step
 # counts (the figures are not used here).
