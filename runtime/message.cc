@@ -28,6 +28,7 @@ class Writer {
     pod(static_cast<Wire>(v));
   }
   void device_kind(const Device::Kind& kind) { as<int32_t>(kind); }
+  void flag(const bool& b) { pod<uint8_t>(b ? 1 : 0); }
   void str(const std::string& s) {
     pod<uint64_t>(s.size());
     out_.append(s);
@@ -71,6 +72,16 @@ class Reader {
       throw InternalError("corrupt negotiation message (device kind " + std::to_string(v) +
                           "); please report this");
     kind = static_cast<Device::Kind>(v);
+  }
+  // A bool travels as one byte, 0 or 1; anything else is corruption (and would not serialise back
+  // to the same byte).
+  void flag(bool& b) {
+    uint8_t v;
+    pod(v);
+    if (v > 1)
+      throw InternalError("corrupt negotiation message (flag " + std::to_string(v) +
+                          "); please report this");
+    b = v == 1;
   }
   void str(std::string& s) {
     uint64_t n;
@@ -131,7 +142,7 @@ void fields(Archive& ar, R& r) {
   ar.pod(r.peer);
   ar.pod(r.prescale);
   ar.pod(r.postscale);
-  ar.template as<uint8_t>(r.deterministic);
+  ar.flag(r.deterministic);
   ar.str(r.name);
   ar.dims(r.shape);
   ar.str(r.group);
@@ -155,7 +166,7 @@ void fields(Archive& ar, R& r) {
   ar.pod(r.peer);
   ar.pod(r.prescale);
   ar.pod(r.postscale);
-  ar.template as<uint8_t>(r.deterministic);
+  ar.flag(r.deterministic);
   ar.pod(r.contributors);
   ar.pod(r.last_joined_rank);
   ar.str(r.group);
