@@ -4,6 +4,9 @@
 #       one gtest binary run by ctest under mpirun once per rank count (tests NAME.npN), label mpi.
 #       Every rank runs the test body and checks its own values; a failure on any rank makes that
 #       rank exit non-zero, and mpirun with it.
+#   hvd_add_test_program(NAME SOURCES... [LIBS ...])    a program a test script starts
+#   hvd_add_program_test(NAME COMMAND ... [NP n...] ...) any command once per rank count (below)
+# tests/README.md says which folder a test belongs in.
 find_package(GTest REQUIRED)
 
 set(HVD_MPIEXEC ${MPIEXEC_EXECUTABLE})
@@ -32,7 +35,7 @@ function(hvd_add_mpi_test name)
   cmake_parse_arguments(A "" "TIMEOUT" "NP;LIBS;ENV" ${ARGN})
   add_executable(${name} ${A_UNPARSED_ARGUMENTS})
   target_link_libraries(${name} PRIVATE hvd GTest::gtest MPI::MPI_C ${A_LIBS})
-  target_sources(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_test_main.cc)
+  target_sources(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support/mpi_test_main.cc)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   hvd_set_warnings(${name})
   if(NOT A_NP)
@@ -46,5 +49,73 @@ function(hvd_add_mpi_test name)
       COMMAND ${HVD_MPIEXEC} ${HVD_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:${name}>)
     set_tests_properties(${name}.np${np} PROPERTIES LABELS mpi TIMEOUT ${A_TIMEOUT}
       PROCESSORS ${np} ENVIRONMENT "${HVD_TEST_ROOT_ENV};${A_ENV}")
+  endforeach()
+endfunction()
+
+# hvd_add_test_program(NAME SOURCES... [LIBS ...])
+#   A plain program that a test script starts (no gtest main), linked to hvd and the LIBS given.
+function(hvd_add_test_program name)
+  cmake_parse_arguments(A "" "" "LIBS" ${ARGN})
+  add_executable(${name} ${A_UNPARSED_ARGUMENTS})
+  target_link_libraries(${name} PRIVATE hvd ${A_LIBS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  hvd_set_warnings(${name})
+endfunction()
+
+# hvd_add_program_test(NAME COMMAND args... [NP n...] [MPI] [TIMEOUT s] [LABEL l] [ENV K=V...]
+#                      [PASS regex] [GPU] [SERIAL])
+#   Registers a test that runs a command (a script, or a program under mpirun) once per rank count:
+#   NAME.npN for each N of NP (or NAME with "@NP@" replaced where NAME holds it), and NAME alone
+#   without NP. "@NP@" in COMMAND and ENV becomes the rank count. MPI puts
+#   `mpiexec --oversubscribe --bind-to none -np N` before COMMAND. Default label mpi, timeout 300.
+#   PASS: the output must match the regex. GPU: label gpu, and exit 77 or a "SKIPPED: " line
+#   (no visible GPU) counts as skipped. Every test gets the run-as-root environment when needed.
+function(hvd_add_program_test name)
+  cmake_parse_arguments(A "MPI;GPU;SERIAL" "TIMEOUT;LABEL;PASS" "COMMAND;NP;ENV" ${ARGN})
+  if(A_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "hvd_add_program_test(${name}): unknown arguments ${A_UNPARSED_ARGUMENTS}")
+  endif()
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 300)
+  endif()
+  if(NOT A_LABEL)
+    set(A_LABEL mpi)
+  endif()
+  if(A_GPU)
+    set(A_LABEL gpu)
+  endif()
+  set(nps ${A_NP})
+  if(NOT nps)
+    set(nps 1)
+  endif()
+  foreach(np ${nps})
+    if(name MATCHES "@NP@")
+      string(REPLACE "@NP@" ${np} test ${name})
+    elseif(A_NP)
+      set(test ${name}.np${np})
+    else()
+      set(test ${name})
+    endif()
+    set(cmd ${A_COMMAND})
+    if(A_MPI)
+      set(cmd ${HVD_MPIEXEC} ${HVD_MPIEXEC_FLAGS} -np ${np} ${cmd})
+    endif()
+    string(REPLACE "@NP@" ${np} cmd "${cmd}")
+    string(REPLACE "@NP@" ${np} env "${A_ENV}")
+    add_test(NAME ${test} COMMAND ${cmd})
+    set_tests_properties(${test} PROPERTIES LABELS ${A_LABEL} TIMEOUT ${A_TIMEOUT}
+      ENVIRONMENT "${HVD_TEST_ROOT_ENV};${env}")
+    if(A_NP)
+      set_tests_properties(${test} PROPERTIES PROCESSORS ${np})
+    endif()
+    if(A_PASS)
+      set_tests_properties(${test} PROPERTIES PASS_REGULAR_EXPRESSION "${A_PASS}")
+    endif()
+    if(A_GPU)
+      set_tests_properties(${test} PROPERTIES SKIP_RETURN_CODE 77 SKIP_REGULAR_EXPRESSION "SKIPPED: ")
+    endif()
+    if(A_SERIAL)
+      set_tests_properties(${test} PROPERTIES RUN_SERIAL TRUE)
+    endif()
   endforeach()
 endfunction()

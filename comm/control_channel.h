@@ -3,7 +3,7 @@
 // The control plane's transport: the few operations the controller's negotiation protocol
 // (runtime/controller.h) needs, as Horovod's Controller has them over MPI and over Gloo. The MPI
 // implementation is comm/mpi_control_channel.h; the unit tests run the controller over an
-// in-process one (tests/unit/in_process_channel.h, ranks as threads).
+// in-process one (tests/runtime/in_process_channel.h, ranks as threads).
 //
 // Contract, for every implementation:
 //  - Threading: one channel per rank, used by that rank's background thread only.

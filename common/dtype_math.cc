@@ -459,7 +459,7 @@ void fill_identity(DataType dtype, ReduceOp op, void* data, std::size_t n) {
 // nearest even like float_to_half (NaN payloads included), bf16 uses the same integer rounding,
 // and double -> 16 bits goes through the same round-to-odd float. Each function handles a multiple
 // of 8 elements and returns how many; the scalar code does the rest (and everything on other CPUs).
-// tests/mpi/test_compression.cc compares both paths bit for bit.
+// tests/collectives/test_compression.cc compares both paths bit for bit.
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #include <immintrin.h>

@@ -13,7 +13,7 @@
 // shutdown and `kill -9` send; a rank that crashes (SIGSEGV, SIGABRT) has a bug a restart would
 // only repeat.
 //
-// Pure parsing, no side effects: unit-tested in tests/unit/test_launcher_plan.cc.
+// Pure parsing, no side effects: unit-tested in tests/launcher/test_launcher_plan.cc.
 
 #include <optional>
 #include <set>

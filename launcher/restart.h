@@ -20,7 +20,7 @@
 //  5. one line says what was dropped, why, and the new world, and the same command runs again
 //     (an hvd trainer with --checkpoint-dir resumes from its newest checkpoint by itself); with
 //     --output-filename DIR, restart k logs under DIR/restart.k, keeping the lost attempt's logs.
-// plan_restart and probe_command are pure and unit-tested (tests/unit/test_launcher_plan.cc).
+// plan_restart and probe_command are pure and unit-tested (tests/launcher/test_launcher_plan.cc).
 
 #include <functional>
 #include <optional>

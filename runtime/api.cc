@@ -224,8 +224,8 @@ Handle grouped_allreduce_on(const Target& t, std::vector<TensorRef> in, std::vec
       auto state = detail::make_handle_state(1);
       Request req;
       TensorTableEntry entry;
-      group_unit::make(t.set.rank(), name, op, std::move(in), std::move(out), state, &req, &entry);
-      req.deterministic = t.rt.deterministic();
+      group_unit::make(t.set.rank(), name, op, t.rt.deterministic(), std::move(in), std::move(out),
+                       state, &req, &entry);
       return t.rt.enqueue_one(t.set, std::move(entry), std::move(req), std::move(state));
     }
     member_errors.assign(in.size(), group.error);

@@ -11,7 +11,7 @@
 // A failure is the reason alone ("the input has 4 elements but a null data pointer."): it travels
 // in the request's `error` field, and rank 0 fails the operation on every rank with
 // "<op> of '<name>' failed: rank <r>: <reason>" (runtime/controller.cc). docs/errors.md has one row
-// per reason; tests/mpi/test_validation.cc triggers each and matches the text against that row.
+// per reason; tests/errors/test_validation.cc triggers each and matches the text against that row.
 
 #include <algorithm>
 #include <cmath>

@@ -37,7 +37,7 @@ CyclePacer::CyclePacer(const Sets& sets, detail::WakeSignal& wake,
 // requests, the next cycle starts at once. Once per wait: a rank whose peers lag for long sleeps
 // between its cycles as before, instead of polling in one cycle after another (measured with 1000
 // cached tensors on 2 ranks and a gap between steps: every other step lost ~1 ms;
-// tests/mpi/test_missed_cycle.cc; docs/benchmarks.md). With several process sets, their queues
+// tests/runtime/test_missed_cycle.cc; docs/benchmarks.md). With several process sets, their queues
 // count together: a cycle runs every set this rank is a member of.
 void CyclePacer::pace(bool waited, bool worked) {
   if (next_cycle_now(waited)) return;

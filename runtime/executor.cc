@@ -60,7 +60,8 @@ void fail_response(TensorQueue& queue, const Response& r, detail::ErrorKind kind
 
 // Test hook: HVD_TEST_STOP_IN_OP=RANK:N stops that rank's whole process (SIGSTOP) right before its
 // N-th data-plane batch (from 1): a rank frozen in the middle of a collective, as behind a dead
-// link, while its peers have entered it (tests/mpi/test_lost_rank.sh, mode "handler"). Read once.
+// link, while its peers have entered it (tests/reliability/test_lost_rank.sh, mode "handler"). Read
+// once.
 long stop_at_batch_from_env(int rank) {
   const char* v = std::getenv("HVD_TEST_STOP_IN_OP");
   int r = -1;

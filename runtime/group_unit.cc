@@ -44,9 +44,9 @@ void signature(const std::vector<TensorRef>& members, std::vector<int64_t>* out)
   for (const auto& t : members) append_member(t.dtype(), t.device().kind, t.shape(), out);
 }
 
-void make(int32_t rank, const std::string& group, ReduceOp op, std::vector<TensorRef> in,
-          std::vector<TensorRef> out, std::shared_ptr<detail::HandleState> handle, Request* request,
-          TensorTableEntry* entry) {
+void make(int32_t rank, const std::string& group, ReduceOp op, bool deterministic,
+          std::vector<TensorRef> in, std::vector<TensorRef> out,
+          std::shared_ptr<detail::HandleState> handle, Request* request, TensorTableEntry* entry) {
   Request& q = *request;
   q.rank = rank;
   q.type = RequestType::kAllreduce;
@@ -55,6 +55,7 @@ void make(int32_t rank, const std::string& group, ReduceOp op, std::vector<Tenso
   q.device = in[0].device();
   signature(in, &q.shape);
   q.reduce_op = op;
+  q.deterministic = deterministic;
   q.group = group;
   q.group_size = static_cast<int32_t>(in.size());
   TensorTableEntry& e = *entry;

@@ -44,9 +44,10 @@ void signature(const std::vector<TensorRef>& members, std::vector<int64_t>* out)
 
 // The unit request and entry of group `group` of the members in -> out (in.size() members, at
 // least one), whose operation completes `handle`: what grouped_allreduce_async() queues.
-void make(int32_t rank, const std::string& group, ReduceOp op, std::vector<TensorRef> in,
-          std::vector<TensorRef> out, std::shared_ptr<detail::HandleState> handle, Request* request,
-          TensorTableEntry* entry);
+// `deterministic`: reduced in rank order (hvd::set_deterministic), a part of the request.
+void make(int32_t rank, const std::string& group, ReduceOp op, bool deterministic,
+          std::vector<TensorRef> in, std::vector<TensorRef> out,
+          std::shared_ptr<detail::HandleState> handle, Request* request, TensorTableEntry* entry);
 
 // Member i's name: "<group>.<i>", into *out (replaced; its buffer reused).
 void member_name(const std::string& group, size_t i, std::string* out);

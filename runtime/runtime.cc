@@ -26,7 +26,8 @@ namespace {
 
 // Test hook: HVD_TEST_PAUSE_BACKGROUND=RANK:SECONDS:CYCLE makes that rank's background thread sleep
 // once, before that cycle: a rank that is alive (its watchdog answers) but silent in the
-// negotiation, as on an overloaded node (tests/mpi/test_slow_rank.sh). Read once, before the loop.
+// negotiation, as on an overloaded node (tests/reliability/test_slow_rank.sh). Read once, before
+// the loop.
 struct TestPause {
   long cycle = -1;  // -1: none for this rank
   double seconds = 0;

@@ -170,11 +170,6 @@ Measure measure_row(const Options& o, Buffers& b, int rank, int nranks, Once&& o
   return m;
 }
 
-// The value at fraction q of sorted v (nearest rank).
-double quantile(const std::vector<double>& v, double q) {
-  return v.empty() ? 0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
-}
-
 // --interleaved: o.warmup untimed pairs, then o.iters pairs of (barrier, gap, once(), barrier,
 // gap, fused()), each side's time the mean over ranks; then hvd's result checked on fresh inputs.
 // The gaps (--gap-us G, else none): U[0, G] us from one sequence that every rank draws alike, plus

@@ -20,24 +20,9 @@
 
 #include <hvd/hvd.h>
 
+#include "options.h"
+
 namespace {
-
-int64_t parse_bytes(const std::string& s) {
-  char* end = nullptr;
-  int64_t v = std::strtoll(s.c_str(), &end, 10);
-  const std::string suffix = end ? end : "";
-  if (suffix == "K") v <<= 10;
-  if (suffix == "M") v <<= 20;
-  if (suffix == "G") v <<= 30;
-  if (v <= 0 || (!suffix.empty() && suffix != "K" && suffix != "M" && suffix != "G"))
-    throw std::invalid_argument("--bytes '" + s + "': a positive count with K, M or G");
-  return v;
-}
-
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
-}
 
 // One iteration of K float32 sums over `bufs` under the names prefix.i; returns the time over
 // ranks (the slowest rank's), in microseconds.
@@ -70,7 +55,7 @@ int main(int argc, char** argv) {
       if (a == "--tensors" && has_value) {
         tensors = std::stoi(argv[++i]);
       } else if (a == "--bytes" && has_value) {
-        bytes = parse_bytes(argv[++i]);
+        bytes = allreduce_bench::parse_size("--bytes", argv[++i]);
       } else if (a == "--pairs" && has_value) {
         pairs = std::stoi(argv[++i]);
       } else if (a == "--warmup" && has_value) {
@@ -107,6 +92,8 @@ int main(int argc, char** argv) {
     ordered.push_back(t_ordered);
     ratio.push_back(t_ordered / t_plain);
   }
+  for (auto* v : {&plain, &ordered, &ratio}) std::sort(v->begin(), v->end());
+  using allreduce_bench::quantile;
   if (hvd::rank() == 0)
     std::printf(
         "ranks %d  tensors %d x %lld B float32 sum  pairs %d\n"

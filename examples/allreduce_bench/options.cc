@@ -53,6 +53,11 @@ int64_t parse_int(const std::string& flag, const std::string& v, int64_t min, in
 
 }  // namespace
 
+double quantile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  return sorted[static_cast<std::size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5)];
+}
+
 int64_t parse_size(const std::string& flag, const std::string& text) {
   std::string digits = text;
   int shift = 0;

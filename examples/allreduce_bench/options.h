@@ -57,6 +57,9 @@ struct Options {
 Options parse_options(int argc, char** argv);
 std::string usage(const char* program);
 
+// The value at fraction q of the sorted v (nearest rank); 0 for an empty v.
+double quantile(const std::vector<double>& sorted, double q);
+
 // "64M" -> 67108864. Throws std::invalid_argument on anything but digits and one K/M/G suffix.
 int64_t parse_size(const std::string& flag, const std::string& text);
 

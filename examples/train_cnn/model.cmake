@@ -1,7 +1,7 @@
 # train_cnn_model: the CPU layers, model, optimizer and data readers of examples/train_cnn, as a
 # static library (no MPI, no hvd runtime; only the header-only hvd/error.h). Included by
 # examples/train_cnn/CMakeLists.txt and, when the examples are not built, by
-# tests/unit/CMakeLists.txt; a second include is a no-op.
+# tests/examples/train_cnn/CMakeLists.txt; a second include is a no-op.
 #
 # Needs OpenBLAS (libopenblas-dev: cblas.h, libopenblas) and zlib (zlib1g-dev). The model sets
 # OpenBLAS to one thread (ModelOptions::blas_threads) for bitwise-reproducible results.

@@ -13,9 +13,9 @@ trap 'rm -rf "$out"' EXIT
 
 if [[ $mode == detects_wrong ]]; then
   fake=$out/build
-  for rel in examples/allreduce_bench tests/mpi tests/bench examples/train_cnn; do mkdir -p "$fake/$rel"; done
+  for rel in examples/allreduce_bench tests/runtime tests/bench examples/train_cnn; do mkdir -p "$fake/$rel"; done
   cp "$build/CMakeCache.txt" "$fake/"
-  for rel in tests/mpi/test_burst_fusion_program tests/bench/control_bench examples/train_cnn/train_cnn; do
+  for rel in tests/runtime/test_burst_fusion_program tests/bench/control_bench examples/train_cnn/train_cnn; do
     ln -s "$build/$rel" "$fake/$rel"
   done
   printf '#!/bin/sh\nexec %q "$@" --inject-wrong\n' "$build/examples/allreduce_bench/allreduce_bench" \

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "hvd/hvd.h"
-#include "tests/mpi/throws_with.h"
+#include "tests/support/throws_with.h"
 
 namespace {
 

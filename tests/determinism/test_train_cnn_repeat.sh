@@ -11,9 +11,7 @@ set -euo pipefail
 train_cnn=$1 workdir=$2 np=$3
 shift 3
 mpiexec=("$@")
-rm -rf "$workdir"
-mkdir -p "$workdir"
-cd "$workdir"
+source "$(dirname "${BASH_SOURCE[0]}")/../examples/train_cnn/preamble.sh"
 args=(--synthetic --synthetic-size 3072 --epochs 1 --seed 5 --batch-size 16 --test-limit 0
   --log-every 16 --metrics-csv none)
 run() {  # run N [VAR=VALUE...]

@@ -14,7 +14,7 @@
 //  - the error is InvalidArgumentError, or a plain Error, with a non-empty message: never
 //    CommunicationError or InternalError (one rank, no network: those are hvd bugs);
 //  - the message repeats no prefix ("<op> of '<name>' failed:" or "rank <r>:" twice) and matches
-//    exactly one row of docs/errors.md (tests/unit/error_catalogue.h);
+//    exactly one row of docs/errors.md (tests/support/error_catalogue.h);
 //  - a valid operation's buffers stay inside the ones the harness gave it (ASan), and afterwards
 //    a plain allreduce still works and gives the right sum;
 //  - no leak, when run_fuzz.sh runs it with HVD_FUZZ_LEAKS=1 (Open MPI's own allocations are
@@ -40,7 +40,7 @@
 
 #include "hvd/hvd.h"
 #include "tests/fuzz/fuzz_common.h"
-#include "tests/unit/error_catalogue.h"
+#include "tests/support/error_catalogue.h"
 
 namespace {
 

@@ -1,12 +1,12 @@
 // main() of the GPU test binaries. Without a visible CUDA device the binary prints why and exits
 // 77, which ctest reports as skipped (SKIP_RETURN_CODE); under mpirun every rank does the same and
-// mpirun passes the status on. Otherwise: as tests/mpi/mpi_test_main.cc
-// (tests/mpi/rank_test_main.h).
+// mpirun passes the status on. Otherwise: as tests/support/mpi_test_main.cc
+// (tests/support/rank_test_main.h).
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
 
-#include "tests/mpi/rank_test_main.h"
+#include "tests/support/rank_test_main.h"
 
 int main(int argc, char** argv) {
   int devices = 0;

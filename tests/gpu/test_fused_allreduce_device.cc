@@ -1,11 +1,11 @@
 // The all-reduce skeleton (ops/fused_allreduce.h) on device memory (ops/cuda/device_memory.h),
 // with a fake reduce() that records the packed device buffer and stands for `contributors` ranks
 // holding the same data (input * contributors, by the scale kernel). The checks of
-// tests/unit/test_fused_allreduce.cc on the GPU: the single-tensor path (no packing), the packed
-// layout (256-byte aligned, ops/cuda/device_layout.h, padded to `parts`), prescale/postscale, the
-// average over the contributors, zero-size and odd sizes, every dtype, in place, and a joined
-// rank's host stand-in (which forces the fused path). One process on device 0; skipped without a
-// device (gpu_test_main.cc).
+// tests/collectives/test_fused_allreduce.cc on the GPU: the single-tensor path (no packing), the
+// packed layout (256-byte aligned, ops/cuda/device_layout.h, padded to `parts`),
+// prescale/postscale, the average over the contributors, zero-size and odd sizes, every dtype, in
+// place, and a joined rank's host stand-in (which forces the fused path). One process on device 0;
+// skipped without a device (gpu_test_main.cc).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 #include "ops/cuda/device_memory.h"
 #include "ops/cuda/kernels.h"
 #include "ops/fused_allreduce.h"
-#include "tests/unit/dtype_values.h"
+#include "tests/support/dtype_values.h"
 
 namespace hvd::ops::cuda {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "hvd/hvd.h"
-#include "tests/mpi/test_collectives_util.h"
+#include "tests/support/test_collectives_util.h"
 
 cudaError_t launch_slow_fill(float* data, int64_t n, float value, double ms, cudaStream_t stream);
 

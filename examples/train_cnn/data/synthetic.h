@@ -13,8 +13,8 @@
 // per class) are told apart only by fine-grained pixel patterns, and training on them with
 // train_cnn's default schedule diverged to chance (loss 2.30): 1 rank within the first epoch of
 // 8000 images, 2 ranks with the scaled rate. On the shapes the same flags learn as on Fashion-MNIST
-// (1 and 2 ranks, 3 epochs of 4000 images per rank: ~0.90 test accuracy; tests/mpi/
-// test_train_cnn.sh, mode synthetic). Deterministic across platforms (model::InitRng).
+// (1 and 2 ranks, 3 epochs of 4000 images per rank: ~0.90 test accuracy; tests/examples/
+// train_cnn/test_train_cnn.sh, mode synthetic). Deterministic across platforms (model::InitRng).
 
 #include <cstdint>
 

@@ -1,5 +1,0 @@
-// main() of every multi-rank gtest binary: ctest starts it under mpirun with 1..4 ranks
-// (tests/mpi/rank_test_main.h says what each rank prints and how a failure on any rank fails).
-#include "tests/mpi/rank_test_main.h"
-
-int main(int argc, char** argv) { return hvdtest::run_rank_tests(argc, argv); }

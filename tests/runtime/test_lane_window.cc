@@ -1,0 +1,119 @@
+// The fusion window with lanes (runtime/tensor_queue.h, "Lanes"): a lane's submission reads no
+// clock, so the background thread tells a burst still coming by the count of submissions moving
+// (TensorQueue::Waiting, Runtime::wait_for_work). A burst of cached tensors whose gaps are each
+// shorter than the window, but which lasts several windows in all, must still run as one fused
+// batch, as it did when every submission carried its time. ctest runs this with
+// HVD_FUSION_WINDOW=20000 (20 ms) and HVD_CYCLE_TIME=1000 (a cycle does not cut the burst either);
+// the gaps are 2 ms, the burst ~30 ms (a gap stays under the window even on a loaded machine or
+// under a sanitizer). Every rank counts its own batches (the fusion buffer's counters) and checks
+// its values.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hvd/hvd.h"
+#include "ops/host_memory.h"
+#include "tests/support/test_collectives_util.h"
+#include "tests/support/thread_stats.h"
+
+namespace hvdtest {
+namespace {
+
+class LaneWindow : public HvdTest {};
+
+TEST_F(LaneWindow, ABurstLongerThanTheWindowWithShortGapsRunsAsOneBatch) {
+  constexpr int kTensors = 15, kSteps = 12, kCounted = 10;
+  constexpr int64_t kCount = 256;
+  std::vector<std::vector<float>> t(kTensors, std::vector<float>(kCount));
+  int one_batch = 0, wrong = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const hvd::ops::FusionCopyCounts before = hvd::ops::fusion_copy_counts();
+    std::vector<hvd::Handle> hs;
+    for (int j = 0; j < kTensors; ++j) {
+      for (auto& x : t[j]) x = static_cast<float>(j + 1);
+      hs.push_back(hvd::allreduce_async(std::span<float>(t[j]), "lane_window." + std::to_string(j),
+                                        hvd::ReduceOp::kSum));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    for (auto& h : hs) h.wait();
+    const hvd::ops::FusionCopyCounts after = hvd::ops::fusion_copy_counts();
+    for (int j = 0; j < kTensors; ++j)
+      for (float x : t[j]) wrong += x != static_cast<float>((j + 1) * hvd::size());
+    // The first steps negotiate the names and open the lanes; the last kCounted are counted.
+    if (step >= kSteps - kCounted && after.batches - before.batches == 1 &&
+        after.packed_bytes - before.packed_bytes ==
+            static_cast<int64_t>(kTensors * kCount * sizeof(float)))
+      ++one_batch;
+  }
+  EXPECT_EQ(wrong, 0);
+  // A sleep may oversleep on a loaded machine: most steps, not all.
+  EXPECT_GE(one_batch, kCounted * 8 / 10)
+      << "of " << kCounted << " bursts of " << kTensors << " cached tensors 2 ms apart, only "
+      << one_batch << " ran as one batch with a 20 ms window";
+}
+
+// The times so far that this process's thread named `name` slept; -1 when there is no such thread.
+long switches_of(const std::string& name) {
+  const pid_t tid = hvdtest::thread_named(name);
+  return tid == 0 ? -1 : hvdtest::context_switches(tid, /*voluntary_only=*/true);
+}
+
+// The background thread looks at a burst's count of submissions a few times, not once a window:
+// each look that finds the count moved doubles the time to the next (Runtime::wait_for_work),
+// since every look is a wake-up that takes a core from the threads submitting. Registered with
+// HVD_FUSION_WINDOW=2000 (2 ms) and HVD_CYCLE_TIME=1000 (1 s; test_lane_window.looks): a burst of
+// 300 cached tensors 0.1 ms apart (30 ms and more) still runs as one batch, and the background
+// thread ("hvd-background") sleeps at most 10 times during it (~6), where one look per window
+// slept about once a window (~20 times). One rank registers with HVD_SINGLE_RANK_INLINE=0 (the
+// inline path has no window).
+TEST_F(LaneWindow, TheBackgroundThreadLooksAtABurstAFewTimes) {
+  const char* window = std::getenv("HVD_FUSION_WINDOW");
+  if (!window || std::string(window) != "2000")
+    GTEST_SKIP() << "registered as test_lane_window.looks, with HVD_FUSION_WINDOW=2000";
+  ASSERT_GE(switches_of("hvd-background"), 0) << "no thread named hvd-background";
+  EXPECT_GE(switches_of("hvd-watchdog"), hvd::size() > 1 ? 0 : -1);
+  constexpr int kTensors = 300, kSteps = 8, kCounted = 5;
+  constexpr int64_t kCount = 16;
+  std::vector<std::vector<float>> t(kTensors, std::vector<float>(kCount));
+  int one_batch = 0, few = 0, wrong = 0;
+  std::vector<long> looks;
+  for (int step = 0; step < kSteps; ++step) {
+    const hvd::ops::FusionCopyCounts before = hvd::ops::fusion_copy_counts();
+    std::vector<hvd::Handle> hs;
+    long first = 0;
+    for (int j = 0; j < kTensors; ++j) {
+      for (auto& x : t[j]) x = static_cast<float>(j + 1);
+      hs.push_back(hvd::allreduce_async(std::span<float>(t[j]), "lane_looks." + std::to_string(j),
+                                        hvd::ReduceOp::kSum));
+      if (j == 0) first = switches_of("hvd-background");  // (the first wakes the thread)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    const long sleeps = switches_of("hvd-background") - first;
+    for (auto& h : hs) h.wait();
+    const hvd::ops::FusionCopyCounts after = hvd::ops::fusion_copy_counts();
+    for (int j = 0; j < kTensors; ++j)
+      for (float x : t[j]) wrong += x != static_cast<float>((j + 1) * hvd::size());
+    if (step < kSteps - kCounted) continue;  // negotiation, lanes opening
+    looks.push_back(sleeps);
+    one_batch += after.batches - before.batches == 1;
+    few += sleeps <= 10;
+  }
+  EXPECT_EQ(wrong, 0);
+  // A sleep may oversleep on a loaded machine (a gap over the window splits the burst, and the
+  // rest starts a window of its own): most steps. Looking once a window, no step has few sleeps.
+  EXPECT_GE(one_batch, kCounted - 2) << "of " << kCounted << " bursts of " << kTensors
+                                     << " cached tensors 0.1 ms apart under a 2 ms window, only "
+                                     << one_batch << " ran as one batch";
+  EXPECT_GE(few, kCounted - 2) << "the background thread slept more than 10 times during "
+                               << kCounted - few << " of " << kCounted
+                               << " bursts (looking once a window): "
+                               << testing::PrintToString(looks);
+}
+
+}  // namespace
+}  // namespace hvdtest
