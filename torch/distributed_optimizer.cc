@@ -300,6 +300,11 @@ void DistributedOptimizer::start(Slot& s, const at::Tensor& total) {
 }
 
 void DistributedOptimizer::synchronize() {
+  // Once per accumulation: a second call (a GradScaler's step() after the program's own
+  // synchronize() for clipping) must not all-reduce the averages again.
+  bool pending = !synchronized_;
+  for (const auto& sp : slots_) pending = pending || sp->passes > 0;
+  if (!pending) return;
   const double t0 = now_seconds();
   std::exception_ptr first;
   at::NoGradGuard no_grad;
@@ -380,10 +385,7 @@ at::Tensor DistributedOptimizer::step(LossClosure closure) {
         "hvd::torch::DistributedOptimizer::step() takes no closure: compute the loss and call "
         "backward() before "
         "step() (closure-based optimizers such as LBFGS are not supported).");
-  // A backward pass after synchronize() (passes counted again) needs another one.
-  bool pending = !synchronized_;
-  for (const auto& sp : slots_) pending = pending || sp->passes > 0;
-  if (pending) synchronize();
+  synchronize();  // does nothing when synchronize() ran since the last backward pass
   synchronized_ = false;
   sync_options();
   at::Tensor result = optimizer_.step();

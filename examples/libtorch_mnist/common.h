@@ -23,8 +23,16 @@
 //   --weights-out PATH    write the final parameters, one value per line
 //   --no-overlap          (distributed version) all-reduce after backward() instead of from hooks
 //   --fp16-allreduce      (distributed version) gradients travel as float16
+//   --precision P         fp32 (default), bf16 or fp16: the forward pass under LibTorch's CPU
+//                         autocast in that dtype (fp16 needs LibTorch 2.5 or later); the
+//                         distributed version scales the loss with hvd::torch::GradScaler (plain
+//                         LibTorch has no GradScaler in C++)
+//   --test-overflow S:R   (a test hook) rank R's loss at global step S is multiplied by Inf: the
+//                         distributed version must skip that step on every rank
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <zlib.h>
 
@@ -39,6 +47,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -65,6 +74,9 @@ struct Options {
   bool test = true;
   bool overlap = true;
   bool fp16_allreduce = false;
+  std::string precision = "fp32";
+  int64_t test_overflow_step = -1;
+  int64_t test_overflow_rank = 0;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string cache_dir;
   std::string checkpoint_dir;
@@ -77,7 +89,8 @@ inline const char* kUsage =
     "          [--seed N] [--threads N] [--log-interval N] [--warmup N] [--no-test] [--data-dir "
     "DIR]\n"
     "          [--cache-dir DIR] [--checkpoint-dir DIR] [--weights-out PATH] [--no-overlap] "
-    "[--fp16-allreduce]\n";
+    "[--fp16-allreduce]\n"
+    "          [--precision fp32|bf16|fp16] [--test-overflow STEP:RANK]\n";
 
 // Parses argv; throws std::invalid_argument naming the flag on bad input; --help prints the usage.
 inline Options parse_options(int argc, char** argv) {
@@ -154,7 +167,17 @@ inline Options parse_options(int argc, char** argv) {
       o.checkpoint_dir = value;
     else if (flag == "--weights-out")
       o.weights_out = value;
-    else
+    else if (flag == "--precision") {
+      if (value != "fp32" && value != "bf16" && value != "fp16")
+        throw std::invalid_argument("--precision needs fp32, bf16 or fp16, got '" + value + "'");
+      o.precision = value;
+    } else if (flag == "--test-overflow") {
+      const auto colon = value.find(':');
+      if (colon == std::string::npos)
+        throw std::invalid_argument("--test-overflow needs STEP:RANK, got '" + value + "'");
+      o.test_overflow_step = integer(flag, value.substr(0, colon), 1);
+      o.test_overflow_rank = integer(flag, value.substr(colon + 1), 0);
+    } else
       throw std::invalid_argument("unknown flag " + flag + " (--help lists them)");
   }
   return o;
@@ -256,11 +279,68 @@ class Timer {
   std::vector<double> step_seconds_;
 };
 
-// Prints, and writes the weights file, when enabled.
+// --precision bf16|fp16: the forward pass under LibTorch's CPU autocast (what torch.autocast("cpu")
+// does in Python), as a scope. LibTorch 2.4 renamed the calls; CPU autocast computes in fp16 from
+// LibTorch 2.5 on (bfloat16 only before).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+#define MNIST_AUTOCAST_BY_DEVICE 1
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define MNIST_CPU_AUTOCAST_FP16 1
+#endif
+class Autocast {
+ public:
+  explicit Autocast(const std::string& precision) : on_(precision != "fp32") {
+    if (!on_) return;
+#ifndef MNIST_CPU_AUTOCAST_FP16
+    if (precision == "fp16")
+      throw std::invalid_argument("--precision fp16: LibTorch " TORCH_VERSION
+                                  "'s CPU autocast computes in bfloat16 only (fp16 needs LibTorch "
+                                  "2.5 or later); use --precision bf16");
+#endif
+    const c10::ScalarType dtype = precision == "bf16" ? torch::kBFloat16 : torch::kHalf;
+#ifdef MNIST_AUTOCAST_BY_DEVICE
+    was_on_ = at::autocast::is_autocast_enabled(at::kCPU);
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, dtype);
+#else
+    was_on_ = at::autocast::is_cpu_enabled();
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(dtype);
+#endif
+    at::autocast::increment_nesting();
+  }
+  ~Autocast() {
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#ifdef MNIST_AUTOCAST_BY_DEVICE
+    at::autocast::set_autocast_enabled(at::kCPU, was_on_);
+#else
+    at::autocast::set_cpu_enabled(was_on_);
+#endif
+  }
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  bool on_;
+  bool was_on_ = false;
+};
+
+// --test-overflow STEP:RANK, a test hook: that rank's loss at that step is multiplied by Inf, so
+// that its backward pass overflows (and, through the average, every rank's gradients).
+inline torch::Tensor test_overflow(const Options& o, int64_t step, int rank, torch::Tensor loss) {
+  if (step != o.test_overflow_step || rank != o.test_overflow_rank) return loss;
+  return loss * std::numeric_limits<float>::infinity();
+}
+
+// Prints, and writes the weights file, when enabled (a weights path holding "{rank}": every rank
+// writes its own file, the placeholder replaced by its rank).
 class Reporter {
  public:
-  explicit Reporter(bool enabled) : enabled_(enabled) {}
+  explicit Reporter(bool enabled, int rank = 0) : enabled_(enabled), rank_(rank) {}
   bool enabled() const { return enabled_; }
+  int rank() const { return rank_; }
 
   __attribute__((format(printf, 2, 3))) void print(const char* format, ...) const {
     if (!enabled_) return;
@@ -284,8 +364,10 @@ class Reporter {
     print("\n");
   }
 
-  void write_weights(const std::string& path, const torch::nn::Module& model) const {
-    if (!enabled_ || path.empty()) return;
+  void write_weights(std::string path, const torch::nn::Module& model) const {
+    const auto at = path.find("{rank}");
+    if (at != std::string::npos) path.replace(at, 6, std::to_string(rank_));
+    if ((!enabled_ && at == std::string::npos) || path.empty()) return;
     std::FILE* f = std::fopen(path.c_str(), "w");
     if (!f) throw std::runtime_error("cannot write " + path);
     for (const auto& p : model.parameters()) {
@@ -298,6 +380,7 @@ class Reporter {
 
  private:
   bool enabled_;
+  int rank_;
 };
 
 // Plain LibTorch checkpoints: <dir>/checkpoint.pt (torch::save's format) holds the model, the

@@ -52,7 +52,12 @@ int64_t train(int64_t epoch, int64_t step, int64_t first_step, Net& model, DataL
     if (opt.max_steps > 0 && step >= opt.max_steps) break;
     if (step++ < first_step) continue;
     optimizer.zero_grad();
-    torch::Tensor loss = torch::nll_loss(model->forward(batch.data), batch.target);
+    torch::Tensor loss;
+    {
+      const mnist::Autocast autocast(opt.precision);  // --precision bf16|fp16
+      loss = torch::nll_loss(model->forward(batch.data), batch.target);
+    }
+    loss = mnist::test_overflow(opt, step, report.rank(), loss);
     loss.backward();
     optimizer.step();
     timer.step(opt.batch_size);

@@ -45,17 +45,23 @@ TORCH_MODULE(Net);
 // resumed from) are skipped. Returns the global step reached.
 template <typename DataLoader>
 int64_t train(int64_t epoch, int64_t step, int64_t first_step, Net& model, DataLoader& loader,
-              torch::optim::Optimizer& optimizer, const mnist::Options& opt,
-              const mnist::Reporter& report, mnist::Timer& timer) {
+              hvd::torch::DistributedOptimizer& optimizer, hvd::torch::GradScaler& scaler,
+              const mnist::Options& opt, const mnist::Reporter& report, mnist::Timer& timer) {
   model->train();
   timer.start_epoch();
   for (auto& batch : loader) {
     if (opt.max_steps > 0 && step >= opt.max_steps) break;
     if (step++ < first_step) continue;
     optimizer.zero_grad();
-    torch::Tensor loss = torch::nll_loss(model->forward(batch.data), batch.target);
-    loss.backward();
-    optimizer.step();
+    torch::Tensor loss;
+    {
+      const mnist::Autocast autocast(opt.precision);  // --precision bf16|fp16
+      loss = torch::nll_loss(model->forward(batch.data), batch.target);
+    }
+    loss = mnist::test_overflow(opt, step, report.rank(), loss);
+    scaler.scale(loss).backward();
+    scaler.step(optimizer);
+    scaler.update();
     timer.step(opt.batch_size);
     if (opt.log_interval > 0 && step % opt.log_interval == 0)
       report.print("epoch %lld step %lld: loss %.4f\n", static_cast<long long>(epoch),
@@ -85,7 +91,7 @@ int main(int argc, char** argv) {
     torch::manual_seed(opt.seed);
     if (opt.threads > 0) torch::set_num_threads(opt.threads);
     const std::string data = mnist::prepare_data(opt);
-    const mnist::Reporter report(hvd::rank() == 0);
+    const mnist::Reporter report(hvd::rank() == 0, hvd::rank());
 
     auto train_set = torch::data::datasets::MNIST(data)
                          .map(torch::data::transforms::Normalize<>(mnist::kMean, mnist::kStd))
@@ -111,6 +117,9 @@ int main(int argc, char** argv) {
     hvd::torch::broadcast_optimizer_state(optimizer, 0);
     hvd::torch::DistributedOptimizer dist(optimizer, model->named_parameters(),
                                           {.overlap = opt.overlap});
+    hvd::torch::GradScaler scaler({.enabled = opt.precision != "fp32"});  // loss scaling
+    if (first_step > 0 && scaler.is_enabled())
+      scaler.load_state_dict(checkpoints->checkpointer().last_metadata());
     report.print(
         "libtorch_mnist: Fashion-MNIST from %s (%lld training, %lld test images); batch %lld; SGD "
         "lr %g "
@@ -123,12 +132,15 @@ int main(int argc, char** argv) {
     int64_t step = 0;
     for (int64_t epoch = 1; epoch <= opt.epochs && (opt.max_steps == 0 || step < opt.max_steps);
          ++epoch) {
-      step = train(epoch, step, first_step, model, *train_loader, dist, opt, report, timer);
+      step = train(epoch, step, first_step, model, *train_loader, dist, scaler, opt, report, timer);
       if (step <= first_step) continue;  // an epoch the checkpoint had already done
       if (opt.test) test(model, *test_loader, test_size, report);
-      if (checkpoints) checkpoints->save(step, model, optimizer);
+      if (checkpoints) checkpoints->save(step, model, optimizer, scaler.state_dict());
     }
     report.summary(timer, dist.stats().wait_share());
+    if (scaler.is_enabled())
+      report.print("precision %s: loss scale %g, %lld steps skipped\n", opt.precision.c_str(),
+                   scaler.get_scale(), static_cast<long long>(scaler.skipped_steps()));
     report.write_weights(opt.weights_out, *model);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "libtorch_mnist: %s\n", e.what());

@@ -48,6 +48,7 @@
 #include "hvd/collectives.h"
 #include "hvd/error.h"
 #include "hvd/hvd.h"
+#include "hvd/loss_scaler.h"
 #include "hvd/tensor.h"
 
 namespace hvd::torch {
@@ -270,7 +271,8 @@ class DistributedOptimizer : public ::torch::optim::Optimizer {
 
   at::Tensor step(LossClosure closure = nullptr) override;
   // Waits for every gradient's all-reduce (starting those not started) and writes the results to
-  // .grad; the next step() then only steps the wrapped optimizer.
+  // .grad; the next step() then only steps the wrapped optimizer. Once per accumulation: called
+  // again with no backward pass in between, it does nothing (edits to .grad since are kept).
   void synchronize();
   // Zeros the gradients and starts a new accumulation (all-reduces in flight are dropped). Through
   // a torch::optim::Optimizer& the base class's zero_grad() runs, on the same tensors, which the
@@ -337,6 +339,78 @@ class Checkpointer {
 
  private:
   hvd::Checkpointer checkpointer_;
+};
+
+// ---- Mixed precision ---------------------------------------------------------------------------
+// Loss scaling over the ranks, as torch.cuda.amp.GradScaler gives Python programs (LibTorch has
+// none): the loss is multiplied by a scale before backward() so that small 16-bit gradients do not
+// flush to zero, and the gradients are divided by it before the optimizer steps.
+//
+//   hvd::torch::GradScaler scaler;  // the scale starts at 2^16
+//   opt.zero_grad();                // opt: a DistributedOptimizer
+//   scaler.scale(loss).backward();  // the loss (from a forward pass under autocast) x the scale
+//   scaler.step(opt);   // all-reduce, unscale, check: every rank steps, or every rank skips
+//   scaler.update();    // the next step's scale, the same on every rank
+//
+// step(opt) synchronises the optimizer (its gradients' all-reduces), multiplies every gradient by
+// 1/scale in place and looks for Inf and NaN; then the ranks agree (one all-reduce of a flag over
+// the optimizer's process set), so that an overflow on any rank skips the step on every rank and
+// the replicas never diverge; without one the wrapped optimizer steps. update() then moves the
+// scale as hvd::LossScaler does (hvd/loss_scaler.h): x backoff_factor after a skipped step, x
+// growth_factor after growth_interval good steps in a row, within [min_scale, max_scale]. With the
+// default factors (powers of two) scaling and unscaling are exact: a step that is not skipped
+// gives the weights of the same step without a scaler, bit for bit. To clip or read gradients
+// before the step, call unscale_(opt) first (step() then does not unscale again).
+//
+// CPU and CUDA gradients of any floating dtype (the checks run on their device; step() reads one
+// flag per device back to the host). Collective: every rank of the optimizer's set calls step()
+// at the same step. Checkpoints: state_dict() into hvd::torch::Checkpointer's metadata,
+// load_state_dict(checkpointer.checkpointer().last_metadata()) after a restore.
+struct GradScalerOptions {
+  double initial_scale = 65536.0;  // 2^16 (PyTorch's init_scale)
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  double min_scale = 1.0;
+  double max_scale = 16777216.0;  // 2^24
+  // false: scale() returns the loss, step() only steps the optimizer, update() does nothing.
+  bool enabled = true;
+  std::string name = "grad_scaler";  // the flag's all-reduce ("<name>.overflow"), state keys
+};
+
+class GradScaler {
+ public:
+  // Throws hvd::InvalidArgumentError for options out of range, naming the field.
+  explicit GradScaler(GradScalerOptions options = {});
+  // loss x scale() (the loss unchanged when disabled).
+  at::Tensor scale(const at::Tensor& loss) const;
+  double get_scale() const { return schedule_.scale(); }
+  bool is_enabled() const { return options_.enabled; }
+  // Synchronises the optimizer, divides its gradients by the scale in place and records whether
+  // this rank saw Inf or NaN. Once per step, before step() (an InvalidArgumentError otherwise).
+  void unscale_(DistributedOptimizer& optimizer);
+  // unscale_() unless done, then the agreement; steps the optimizer and returns true, or skips the
+  // step on every rank and returns false.
+  bool step(DistributedOptimizer& optimizer);
+  // Moves the scale for the next step (after step(); an InvalidArgumentError otherwise).
+  void update();
+  // What the last step() decided (the same on every rank): skipped, overflow_ranks, scale, and
+  // after update() next_scale.
+  const LossScaleStep& last_step() const { return last_; }
+  int64_t skipped_steps() const { return schedule_.skipped_steps(); }
+  // "<name>.scale" and "<name>.good_steps", exact as text; load_state_dict() takes them back
+  // (missing or malformed keys are an InvalidArgumentError naming them).
+  std::map<std::string, std::string> state_dict() const;
+  void load_state_dict(const std::map<std::string, std::string>& state);
+
+ private:
+  enum class Stage { kReady, kUnscaled, kStepped };
+  GradScalerOptions options_;
+  LossScaler schedule_;
+  Stage stage_ = Stage::kReady;
+  bool local_overflow_ = false;
+  LossScaleStep last_;
+  at::Tensor flag_;  // int32 [1] on the CPU: the ranks' overflows, summed
 };
 
 // ---- Data ---------------------------------------------------------------------------------------

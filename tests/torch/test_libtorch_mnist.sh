@@ -10,6 +10,12 @@
 #   plain         the plain LibTorch trainer: 10 steps with a checkpoint, resumed to 20
 #   repeat        HVD_DETERMINISTIC=1, fusion on: the same command twice on NP ranks ends with the
 #                 same weights, bit for bit (docs/determinism.md)
+#   precision     --precision bf16 (autocast, hvd::torch::GradScaler) on NP ranks: every rank ends
+#                 with the same weights, bit for bit; an Inf in the last rank's loss at step 10 is
+#                 skipped by every rank (the scale halves alike) and the ranks still agree; a
+#                 run stopped at step 20 and resumed from its checkpoint (scale included) ends with
+#                 the uninterrupted run's weights, bit for bit; --precision fp16 on a LibTorch
+#                 whose CPU autocast has no fp16 is refused by every rank
 set -euo pipefail
 
 mode=$1 plain=$2 hvd=$3 workdir=$4 np=$5
@@ -80,6 +86,44 @@ case "$mode" in
       echo "FAIL: two runs of the same command differ (HVD_DETERMINISTIC=1)"
       exit 1
     fi
+    ;;
+  precision)
+    args=("${common[@]}" --batch-size 64 --dropout 0 --precision bf16 --max-steps 30)
+    last=$((np - 1))
+    ranks_agree() {  # ranks_agree RUN: every rank's weights are rank 0's, bit for bit
+      for ((r = 1; r < np; r++)); do
+        cmp -s "$dir/$1.0.txt" "$dir/$1.$r.txt" || { echo "FAIL: $1: rank $r's weights differ from rank 0's"; exit 1; }
+      done
+    }
+    "${mpiexec[@]}" -np "$np" "$hvd" "${args[@]}" --weights-out "$dir/a.{rank}.txt" | tee "$dir/a.log"
+    ranks_agree a
+    grep -q "precision bf16: loss scale 65536, 0 steps skipped" "$dir/a.log" || { echo "FAIL: no final scale line"; exit 1; }
+    "${mpiexec[@]}" -np "$np" "$hvd" "${args[@]}" --test-overflow "10:$last" \
+      --weights-out "$dir/b.{rank}.txt" | tee "$dir/b.log"
+    ranks_agree b
+    grep -q "precision bf16: loss scale 32768, 1 steps skipped" "$dir/b.log" ||
+      { echo "FAIL: the overflow in rank $last's step 10 was not skipped with the scale halved"; exit 1; }
+    ! cmp -s "$dir/a.0.txt" "$dir/b.0.txt" || { echo "FAIL: skipping step 10 changed nothing"; exit 1; }
+    "${mpiexec[@]}" -np "$np" "$hvd" "${args[@]}" --test-overflow "10:$last" --max-steps 20 \
+      --checkpoint-dir "$dir/ck" | tee "$dir/c1.log"
+    "${mpiexec[@]}" -np "$np" "$hvd" "${args[@]}" --test-overflow "10:$last" \
+      --checkpoint-dir "$dir/ck" --weights-out "$dir/c.{rank}.txt" | tee "$dir/c2.log"
+    grep -q "starting at step 20" "$dir/c2.log" || { echo "FAIL: the second run did not resume at step 20"; exit 1; }
+    grep -q "precision bf16: loss scale 32768, 0 steps skipped" "$dir/c2.log" ||
+      { echo "FAIL: the resumed run did not continue with the checkpoint's scale 32768"; exit 1; }
+    cmp -s "$dir/b.0.txt" "$dir/c.0.txt" || { echo "FAIL: the resumed run's weights differ from the uninterrupted run's"; exit 1; }
+    ranks_agree c
+    set +e
+    out=$("${mpiexec[@]}" -np "$np" "$hvd" "${common[@]}" --precision fp16 --max-steps 1 2>&1)
+    rc=$?
+    set -e
+    if [[ $out == *"needs LibTorch 2.5"* ]]; then
+      [[ $rc -ne 0 && $(grep -c "precision fp16: LibTorch .* bfloat16 only" <<<"$out") -eq $np ]] ||
+        { echo "$out"; echo "FAIL: --precision fp16 was not refused by every rank"; exit 1; }
+    else
+      [[ $rc -eq 0 ]] || { echo "$out"; echo "FAIL: --precision fp16 failed"; exit 1; }
+    fi
+    echo "OK: bf16 with the grad scaler on $np ranks: ranks agree bit for bit, an overflow on rank $last skipped everywhere, resume exact"
     ;;
   plain)
     args=("${common[@]}" --batch-size 64)

@@ -284,6 +284,29 @@ TEST_F(TorchTraining, DistributedOptimizerMatchesTheGlobalBatch) {
   hvd::set_deterministic(false);
 }
 
+// synchronize() twice with no backward pass in between all-reduces once: with kSum a second
+// all-reduce would multiply the gradients by the ranks again (a GradScaler's step() after the
+// program's own synchronize() for clipping does just that sequence).
+TEST_F(TorchTraining, DistributedOptimizerSynchronizesOncePerAccumulation) {
+  auto m = make_model();
+  torch::optim::SGD sgd(m->parameters(), torch::optim::SGDOptions(0.1));
+  ht::DistributedOptimizer opt(
+      sgd, m->named_parameters(),
+      ht::DistributedOptimizerOptions{.op = hvd::ReduceOp::kSum, .name_prefix = "sync_once."});
+  opt.zero_grad();
+  local_loss(m, r(), 0, 0).backward();
+  opt.synchronize();
+  std::vector<torch::Tensor> once;
+  for (const auto& p : m->parameters()) once.push_back(p.grad().clone());
+  opt.synchronize();
+  for (size_t i = 0; i < once.size(); ++i) EXPECT_TRUE(same(m->parameters()[i].grad(), once[i]));
+  // A backward pass after it is a new accumulation: all-reduced again, and the step uses it.
+  opt.zero_grad();
+  local_loss(m, r(), 1, 0).backward();
+  opt.step();
+  EXPECT_TRUE(same_everywhere(m->parameters()[0].detach(), "sync_once.check"));
+}
+
 TEST_F(TorchTraining, DistributedOptimizerUnusedParameter) {
   // Branch b is used only on even ranks: odd ranks all-reduce zeros for it in step().
   torch::manual_seed(3);

@@ -49,6 +49,7 @@ namespace hvd_doc_context::torch_example {
 inline ::torch::nn::Linear model{4, 2};
 inline ::torch::optim::SGD optimizer{model->parameters(), 0.1};
 inline ::torch::Tensor loss;
+extern hvd::torch::DistributedOptimizer opt;  // declared only: examples are never run
 inline auto dataset = ::torch::data::datasets::TensorDataset(::torch::zeros({8, 4}));
 inline int64_t global_batch = 8;
 }  // namespace hvd_doc_context::torch_example
