@@ -11,12 +11,14 @@
 //    min and max per step), and every step's report covers at least one measured release;
 //  - one rank: every report is empty (no release measured, nobody named).
 // Each rank prints what it finds; a failure on any rank fails every rank (exit 1). Rank 0 ends
-// with "PASS: ..." when every rank passed.
-#include <unistd.h>
-
+// with "PASS: ..." when every rank passed. With HVD_TIMELINE set, rank 0 then also finds the
+// slowed rank named by the timeline's STRAGGLER events in at least 90 % of the steps (exit 1 on
+// rank 0 otherwise, which fails the job).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <span>
 #include <string>
 #include <thread>
@@ -112,6 +114,32 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   hvd::shutdown();
   if (ok[0] != 1.0) return 1;
+  // With HVD_TIMELINE, rank 0's file holds a STRAGGLER instant event naming the slowed rank for
+  // at least 90 % of the counted steps (and none naming another rank in more than 10 %).
+  if (const char* path = std::getenv("HVD_TIMELINE"); path && *path && rank == 0) {
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<int> events(static_cast<size_t>(size), 0);
+    for (size_t at = text.find("\"STRAGGLER\""); at != std::string::npos;
+         at = text.find("\"STRAGGLER\"", at + 1)) {
+      const size_t r = text.find("\"rank\":", at);
+      if (r == std::string::npos) break;
+      const int who = std::atoi(text.c_str() + r + 7);
+      if (who >= 0 && who < size) ++events[static_cast<size_t>(who)];
+    }
+    std::printf("rank 0: timeline %s: STRAGGLER events per rank:", path);
+    for (int r = 0; r < size; ++r) std::printf(" r%d:%d", r, events[static_cast<size_t>(r)]);
+    std::printf("\n");
+    for (int r = 0; r < size; ++r) {
+      const bool want = r == slow;
+      if (want ? events[static_cast<size_t>(r)] * 10 < steps * 9
+               : events[static_cast<size_t>(r)] * 10 > steps + 10 * kWarmup) {
+        std::printf("rank 0: FAIL: the timeline has %d STRAGGLER events naming rank %d\n",
+                    events[static_cast<size_t>(r)], r);
+        return 1;
+      }
+    }
+  }
   if (rank == 0)
     std::printf("PASS: %s on %d ranks over %d steps\n",
                 slow >= 0 ? ("the slowed rank " + std::to_string(slow) + " was named").c_str()
