@@ -422,7 +422,7 @@ StragglerReport straggler_report() {
     empty.threshold_ms = rt->config().straggler_threshold_ms;
   }
   if (!window) return empty;
-  return window->take(std::chrono::milliseconds(100),
+  return window->take(std::chrono::seconds(1),
                       [] { detail::WakeSignal::get().want_report_cycle(); });
 }
 

@@ -35,7 +35,7 @@ struct StragglerReport {
 // same measures, so calls made at the same point of the training loop (each step's end) return
 // the same report on every rank. A release's measure arrives with the next cycle: the call first
 // waits for the measure of every release this rank has seen (it asks for that cycle at once, and
-// waits at most 100 ms; what is not in by then comes with the next call). In a job of one rank
+// waits at most 1 s; what is not in by then comes with the next call). In a job of one rank
 // it returns an empty report at once. Any thread; throws hvd::Error before init().
 StragglerReport straggler_report();
 

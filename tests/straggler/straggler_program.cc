@@ -14,6 +14,7 @@
 // with "PASS: ..." when every rank passed. With HVD_TIMELINE set, rank 0 then also finds the
 // slowed rank named by the timeline's STRAGGLER events in at least 90 % of the steps (exit 1 on
 // rank 0 otherwise, which fails the job).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   std::vector<std::vector<float>> grads(kTensors, std::vector<float>(kFloats, 1.0f));
   std::vector<double> named(static_cast<size_t>(steps), -1), lateness(steps, 0);
   std::vector<int64_t> releases(static_cast<size_t>(steps), 0);
+  double call_ms_max = 0, call_ms_sum = 0;  // straggler_report()'s own time
   for (int step = 0; step < kWarmup + steps; ++step) {
     if (rank == slow)
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(sleep_ms));
@@ -50,12 +52,17 @@ int main(int argc, char** argv) {
                                              "grad." + std::to_string(t), hvd::ReduceOp::kSum));
     for (auto& h : handles) h.wait();
     for (auto& g : grads) std::fill(g.begin(), g.end(), 1.0f);
+    const auto t0 = std::chrono::steady_clock::now();
     const hvd::StragglerReport r = hvd::straggler_report();
+    const double call_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (step < kWarmup) continue;
     const int i = step - kWarmup;
     named[i] = r.rank;
     lateness[i] = r.lateness_ms;
     releases[i] = r.releases;
+    call_ms_max = std::max(call_ms_max, call_ms);
+    call_ms_sum += call_ms;
   }
   std::string why;
   auto fail = [&](const std::string& what) { why += (why.empty() ? "" : "; ") + what; };
@@ -86,9 +93,10 @@ int main(int argc, char** argv) {
   counts += " none:" + std::to_string(count[size]);
   std::printf(
       "rank %d: %d steps, slow rank %d (sleep %.0f ms), threshold %.1f ms, named%s; slow rank "
-      "named and late by >= half the sleep in %d; largest lateness of the other steps %.2f ms\n",
+      "named and late by >= half the sleep in %d; largest lateness of the other steps %.2f ms; "
+      "straggler_report() took %.3f ms on average, %.3f ms at most\n",
       rank, steps, slow, sleep_ms, hvd::straggler_report().threshold_ms, counts.c_str(),
-      late_enough, worst_other);
+      late_enough, worst_other, call_ms_sum / steps, call_ms_max);
   if (size == 1) {
     if (count[size] != steps || measured != 0) fail("one rank: some report was not empty");
   } else {
