@@ -18,6 +18,7 @@
 //    naming it ("rank K was lost: ...", common/ranks.h).
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -65,6 +66,13 @@ class ControlChannel {
   // finish() lets the last ones out. With one rank: kDone at once, `bits` unchanged.
   virtual StarOutcome star_and(std::vector<uint64_t>& bits, const StarPatience& patience) = 0;
 
+  // The last `n` words of every star_and vector combine by unsigned maximum instead of AND
+  // (runtime/straggler.h: the ranks' waits, each with its rank in the low bits). Both operations
+  // are associative and commutative, so the tree combines them level by level as the star does at
+  // rank 0, in the same messages. Every rank must set the same `n`, before its first star_and.
+  void set_max_words(size_t n) { max_words_ = n; }
+  size_t max_words() const { return max_words_; }
+
   // Rank 0 receives every rank's `mine` (index = rank, its own included); other ranks get an
   // empty vector. Blocking, collective.
   virtual std::vector<std::string> gather(const std::string& mine) = 0;
@@ -75,6 +83,17 @@ class ControlChannel {
   // After the last cycle of a normal shutdown: lets rank 0's last star replies reach their ranks
   // (at most `seconds`), so that nothing is pending when the transport shuts down.
   virtual void finish(double seconds) = 0;
+
+ protected:
+  // `into` = `into` combined with `from` (n words each): AND, the last max_words() by maximum.
+  void combine(uint64_t* into, const uint64_t* from, size_t n) const {
+    const size_t and_words = n > max_words_ ? n - max_words_ : 0;
+    for (size_t i = 0; i < and_words; ++i) into[i] &= from[i];
+    for (size_t i = and_words; i < n; ++i) into[i] = into[i] > from[i] ? into[i] : from[i];
+  }
+
+ private:
+  size_t max_words_ = 0;
 };
 
 }  // namespace hvd::comm

@@ -193,8 +193,7 @@ StarOutcome MpiControlChannel::collect_and_reply(std::vector<uint64_t>& bits,
   if (w.lost.empty()) {
     counters_.messages_received += size_ - 1;
     counters_.bytes_received += static_cast<uint64_t>(size_ - 1) * n * sizeof(uint64_t);
-    for (int r = 1; r < size_; ++r)
-      for (int i = 0; i < n; ++i) bits[i] &= in[r][i];
+    for (int r = 1; r < size_; ++r) combine(bits.data(), in[r].data(), n);
     reply[0] = kOk;
     std::copy(bits.begin(), bits.end(), reply.begin() + kReplyHeader);
   } else {
@@ -320,8 +319,7 @@ MpiControlChannel::Up MpiControlChannel::tree_up(std::vector<uint64_t>& bits,
       if (!done[i]) MPI_Cancel(&reqs[i]);  // left pending: this cycle ends the job
     return up;
   }
-  for (size_t i = 0; i < k; ++i)
-    for (size_t j = 0; j < n; ++j) bits[j] &= in[i][kTreeHeader + j];
+  for (size_t i = 0; i < k; ++i) combine(bits.data(), in[i].data() + kTreeHeader, n);
   return up;
 }
 

@@ -241,6 +241,17 @@ const std::vector<ConfigVar>& config_registry() {
        "",
        1,
        ""},
+      {"HVD_STRAGGLER_THRESHOLD_MS",
+       ConfigType::kDouble,
+       "5",
+       "Milliseconds by which a rank must arrive last at a release for hvd::straggler_report() "
+       "to name it (below: noise).",
+       {},
+       0,
+       1e9,
+       "",
+       1,
+       ""},
       {"HVD_LOG_LEVEL",
        ConfigType::kEnum,
        "warning",
@@ -420,6 +431,7 @@ Config load_config(const EnvLookup& env) {
   c.stall_check_time_seconds = get_double("HVD_STALL_CHECK_TIME_SECONDS");
   c.stall_shutdown_time_seconds = get_double("HVD_STALL_SHUTDOWN_TIME_SECONDS");
   c.stall_check_disable = get_bool("HVD_STALL_CHECK_DISABLE");
+  c.straggler_threshold_ms = get_double("HVD_STRAGGLER_THRESHOLD_MS");
   c.log_level = get_enum("HVD_LOG_LEVEL");
   c.start_timeout_seconds = get_double("HVD_START_TIMEOUT");
   c.peer_timeout_seconds = get_double("HVD_PEER_TIMEOUT_SECONDS");

@@ -57,6 +57,7 @@ struct Config {
   double stall_check_time_seconds = 60;
   double stall_shutdown_time_seconds = 0;
   bool stall_check_disable = false;
+  double straggler_threshold_ms = 5;  // HVD_STRAGGLER_THRESHOLD_MS (runtime/straggler.h)
   std::string log_level = "warning";  // trace | debug | info | warning | error
   double start_timeout_seconds = 30;
   double peer_timeout_seconds = 30;

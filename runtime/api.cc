@@ -411,6 +411,20 @@ bool initialized() {
 
 void set_deterministic(bool on) { Using("set_deterministic()")->set_deterministic(on); }
 bool deterministic() { return Using("deterministic()")->deterministic(); }
+// The wait for the latest release's measure is outside Using's count (no call blocks while it
+// counts): the window is shared, and the wake signal is never destroyed.
+StragglerReport straggler_report() {
+  std::shared_ptr<StragglerWindow> window;
+  StragglerReport empty;
+  {
+    Using rt("straggler_report()");
+    window = rt->straggler_window();
+    empty.threshold_ms = rt->config().straggler_threshold_ms;
+  }
+  if (!window) return empty;
+  return window->take(std::chrono::seconds(1),
+                      [] { detail::WakeSignal::get().want_report_cycle(); });
+}
 
 int rank() { return Using("rank()")->topology().rank; }
 int size() { return Using("size()")->topology().size; }

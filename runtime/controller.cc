@@ -38,7 +38,10 @@ Controller::Controller(std::unique_ptr<comm::ControlChannel> channel,
       // At most 10^9 s (no stall inspector: 10^18 s), which fits the clock's 64-bit nanoseconds.
       patience_(
           static_cast<int64_t>(std::clamp(options.fast_path_patience_seconds, 0.0, 1e9) * 1e9)),
-      coordinator_(size_, options.global_ranks) {}
+      coordinator_(size_, options.global_ranks) {
+  measure_ = options_.straggler && size_ > 1 && size_ <= straggler::kMaxRanks;
+  if (measure_) channel_->set_max_words(straggler::kWords);
+}
 
 std::vector<int> Controller::global(std::vector<int> ranks) const {
   for (int& r : ranks)
@@ -224,7 +227,7 @@ void Controller::requeue_all_pending() {
 
 // [flags | hit bits | valid bits] of this rank, to be ANDed across ranks.
 std::vector<uint64_t> Controller::local_bits(const CycleFlags& mine) {
-  std::vector<uint64_t> bits(1 + 2 * cache_words_, 0);
+  std::vector<uint64_t> bits(1 + 2 * cache_words_ + (measure_ ? straggler::kWords : 0), 0);
   uint64_t flags = 0;
   if (!mine.shutdown) flags |= kNoShutdown;
   if (!mine.stop) flags |= kNoStop;
@@ -238,6 +241,9 @@ std::vector<uint64_t> Controller::local_bits(const CycleFlags& mine) {
   for (uint32_t pos : invalid_positions_)
     bits[1 + cache_words_ + pos / 64] &= ~(uint64_t{1} << (pos % 64));
   invalid_positions_.clear();
+  if (measure_)
+    straggler::encode(measure_pending_ ? measure_wait_us_ : -1, rank_,
+                      bits.data() + 1 + 2 * cache_words_);
   return bits;
 }
 
@@ -249,6 +255,10 @@ std::vector<Response> Controller::cycle(const CycleFlags& mine, CycleFlags* any)
   any->stop = !(bits[0] & kNoStop);
   const bool any_uncached = !(bits[0] & kNoUncached);
   const bool any_joined = !(bits[0] & kNoJoined);
+  if (measure_pending_) {
+    measure_pending_ = false;
+    options_.straggler->add(straggler::decode(bits.data() + 1 + 2 * cache_words_));
+  }
 
   erase_invalid(bits);
   std::vector<Response> ready;
@@ -269,9 +279,25 @@ std::vector<Response> Controller::cycle(const CycleFlags& mine, CycleFlags* any)
     ready.insert(ready.end(), std::make_move_iterator(slow.begin()),
                  std::make_move_iterator(slow.end()));
   }
+  if (measure_) measure_release(!ready.empty());
   FusionOptions fo;
   fo.threshold_bytes = options_.fusion_threshold_bytes;
   return plan_fusion(std::move(ready), fo);
+}
+
+// After a cycle's negotiation: when it released operations (the same on every rank), this rank's
+// wait for them goes with the next cycle (runtime/straggler.h).
+void Controller::measure_release(bool released) {
+  if (!released) return;
+  measure_pending_ = true;
+  measure_wait_us_ = -1;
+  if (latest_arrival_ != TimePoint{}) {
+    const auto waited = std::chrono::steady_clock::now() - latest_arrival_;
+    measure_wait_us_ =
+        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
+  }
+  latest_arrival_ = TimePoint{};
+  options_.straggler->released();
 }
 
 // Step 2: the AND across ranks, and what a lost rank means for this one.
@@ -382,6 +408,7 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       // the cached ones (the lookup compared them), and are moved, not copied, into the response.
       // A lane's submission has none: its member is left without them.
       const bool lane = pending_lane(pos);
+      if (measure_) arrived(pending_since_[pos]);
       Request& mine = take_pending(pos);
       // A group's members join the open response of their group whatever the threshold (a group
       // is one unit for plan_fusion, run whole); ungrouped ones join an ungrouped response up to
@@ -429,9 +456,11 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
 // Step 4: requests to rank 0, responses from it.
 std::vector<Response> Controller::slow_path() {
   const auto now = std::chrono::steady_clock::now();
-  for (auto& r : uncached_)
+  for (auto& r : uncached_) {
     if (r.submitted != std::chrono::steady_clock::time_point{})
       r.waited_seconds = std::max(0.0, std::chrono::duration<double>(now - r.submitted).count());
+    if (measure_) slow_arrivals_[r.name] = r.submitted == TimePoint{} ? now : r.submitted;
+  }
   std::vector<std::string> all = channel_->gather(serialize_requests(uncached_));
   uncached_.clear();
   std::string out;
@@ -441,8 +470,15 @@ std::vector<Response> Controller::slow_path() {
   }
   channel_->broadcast(out);
   std::vector<Response> responses = parse_responses(out.data(), out.size());
-  for (const auto& r : responses)
+  for (const auto& r : responses) {
     if (r.type == ResponseType::kJoin) joined_ = false;
+    if (measure_)
+      for (const auto& name : r.names)
+        if (auto it = slow_arrivals_.find(name); it != slow_arrivals_.end()) {
+          arrived(it->second);
+          slow_arrivals_.erase(it);
+        }
+  }
   return responses;
 }
 

@@ -33,6 +33,9 @@
 //  5. Every rank puts the slow-path responses into its cache (identically, so the caches stay
 //     equal; a group whose members all succeeded as its one unit response), re-checks its pending
 //     hits against evictions, and fuses the list (runtime/fusion.h).
+//  A cycle that released operations is measured in the next cycle: two more words of the vector,
+//  combined by maximum, carry every rank's wait for that release, so every rank learns which rank
+//  arrived last and by how much (runtime/straggler.h; the global set only).
 // The returned list is identical on every rank, in the same order.
 //
 // Thread safety: background thread only.
@@ -41,6 +44,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -49,6 +53,7 @@
 #include "runtime/fusion.h"
 #include "runtime/message.h"
 #include "runtime/response_cache.h"
+#include "runtime/straggler.h"
 #include "runtime/tensor_queue.h"
 
 namespace hvd {
@@ -77,6 +82,9 @@ struct ControllerOptions {
   // Open a lane in the queue for every cached single allreduce (runtime/tensor_queue.h, "Lanes";
   // HVD_CACHED_LANES).
   bool lanes = true;
+  // Where the measure of each release goes (runtime/straggler.h); null: none is measured (a job of
+  // one rank, a process set other than the global one). Every rank of the channel must agree.
+  std::shared_ptr<StragglerWindow> straggler;
   // The global rank of each rank of the channel (a process set's members), for messages; empty:
   // the channel's ranks are global ones. `unresponsive` and `announce_lost` take channel ranks.
   std::vector<int> global_ranks;
@@ -180,6 +188,20 @@ class Controller {
   std::vector<uint32_t> invalid_positions_;
   std::vector<Request> uncached_;
   std::vector<Request> fresh_;  // take_requests()' scratch: swapped with the queue's (no copies)
+
+  // The straggler measure (runtime/straggler.h), when options_.straggler: the latest local arrival
+  // of a tensor this cycle released, this rank's wait for the last release (-1: nothing of its
+  // own in it), to be sent with the next cycle, and the arrivals of requests sent to rank 0.
+  using TimePoint = std::chrono::steady_clock::time_point;
+  bool measure_ = false;
+  TimePoint latest_arrival_{};
+  bool measure_pending_ = false;
+  int64_t measure_wait_us_ = -1;
+  std::unordered_map<std::string, TimePoint> slow_arrivals_;
+  void arrived(TimePoint t) {
+    if (t > latest_arrival_) latest_arrival_ = t;
+  }
+  void measure_release(bool released);
 
   Coordinator coordinator_;  // rank 0's message table (unused on the other ranks)
 };

@@ -45,7 +45,7 @@ void CyclePacer::pace(bool waited, bool worked) {
 }
 
 bool CyclePacer::next_cycle_now(bool waited) const {
-  return (waited || wake_.cycle_wanted()) && holds_only_popped();
+  return ((waited || wake_.cycle_wanted()) && holds_only_popped()) || wake_.report_wanted();
 }
 
 // Returns at `next_cycle`, at shutdown, when a user thread blocked on popped requests wants the

@@ -216,6 +216,10 @@ void WakeSignal::waiting_for(uint64_t popped_by) {
   if (raise_to(wanted_cycle, cycles.load(std::memory_order_acquire) + 1)) notify();
 }
 
+void WakeSignal::want_report_cycle() {
+  if (raise_to(report_cycle, cycles.load(std::memory_order_acquire) + 1)) notify();
+}
+
 bool HandleState::claim() {
   int seen = phase.load(std::memory_order_relaxed);
   do {

@@ -44,6 +44,10 @@ struct WakeSignal {
   // HVD_CYCLE_TIME after the last (Runtime::loop): the number of the first cycle that may start
   // after it asked. Never cleared: starting that cycle makes it stale.
   std::atomic<uint64_t> wanted_cycle{0};
+  // A user thread waiting for the measure of a release (hvd::straggler_report(), which comes with
+  // the next cycle) wants that cycle at once, whatever this rank holds: the number of the first
+  // cycle that may start after it asked. Never cleared: starting that cycle makes it stale.
+  std::atomic<uint64_t> report_cycle{0};
   // notify() calls so far: the background thread polls it for a while before it sleeps.
   std::atomic<uint64_t> notified{0};
   // How long a blocking wait polls before it sleeps, in microseconds (Handle::wait(), the
@@ -55,9 +59,15 @@ struct WakeSignal {
   // A user thread is about to block on an operation whose requests pop number `popped_by` takes
   // (or took: then it wants the next cycle).
   void waiting_for(uint64_t popped_by);
+  // hvd::straggler_report() waits for the next cycle: raises report_cycle and wakes the thread.
+  void want_report_cycle();
   // The background thread, between two pops: does a blocked user thread wait for queued requests?
   bool waited() const {
     return waited_for.load(std::memory_order_acquire) > pops.load(std::memory_order_relaxed);
+  }
+  // The background thread: does a user thread in hvd::straggler_report() want the next cycle now?
+  bool report_wanted() const {
+    return report_cycle.load(std::memory_order_acquire) > cycles.load(std::memory_order_relaxed);
   }
   // The background thread: does a blocked user thread want the next cycle now?
   bool cycle_wanted() const {

@@ -48,7 +48,8 @@ void ProcessSetState::start(const SetShared& shared) {
   if (!global) {
     // Messages name global ranks; the watchdog probes global ranks.
     co.global_ranks = ranks();
-    co.lanes = false;  // a set's collectives take the ordinary path (runtime/api.cc)
+    co.lanes = false;        // a set's collectives take the ordinary path (runtime/api.cc)
+    co.straggler = nullptr;  // measured for the global set only (runtime/straggler.h)
     if (shared.timeline)
       co.on_unit_expanded = [t = shared.timeline, this](const std::string& group, int32_t members) {
         t->end(timeline_row(group), "NEGOTIATE");

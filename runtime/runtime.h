@@ -36,6 +36,7 @@
 #include "runtime/executor.h"
 #include "runtime/process_set.h"
 #include "runtime/stall_inspector.h"
+#include "runtime/straggler.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
 
@@ -61,6 +62,10 @@ class Runtime {
   // reduction's submission, which carries it to rank 0 (any thread).
   bool deterministic() const { return deterministic_.load(std::memory_order_relaxed); }
   void set_deterministic(bool on) { deterministic_.store(on, std::memory_order_relaxed); }
+
+  // The global set's straggler measures (runtime/straggler.h; any thread); null in a job of one
+  // rank. hvd::straggler_report() takes its window outside the runtime's count of calls (it waits).
+  std::shared_ptr<StragglerWindow> straggler_window() const { return straggler_; }
 
   // The global process set (any thread; lives as long as the runtime).
   ProcessSetState& world() { return *world_; }
@@ -115,6 +120,7 @@ class Runtime {
   std::unique_ptr<ops::GpuBackend> gpu_backend_;  // before the sets' ops: they point into it
   std::unique_ptr<comm::Watchdog> watchdog_;      // its own thread; before its users below
   std::unique_ptr<Timeline> timeline_;            // rank 0 only, with HVD_TIMELINE; any thread
+  std::shared_ptr<StragglerWindow> straggler_;    // the global set's measures; null: one rank
   SetShared shared_;                              // what start() gives every set
   std::unique_ptr<ProcessSetTable> sets_;         // the global set, then those added
 

@@ -75,6 +75,11 @@ void Timeline::mark_cycle() {
        ",\"pid\":0,\"tid\":0}");
 }
 
+void Timeline::instant(const std::string& name, const std::string& args_json) {
+  push("{\"name\":" + json_string(name) + ",\"ph\":\"i\",\"s\":\"p\",\"ts\":" +
+       std::to_string(now_us()) + ",\"pid\":0,\"tid\":0,\"args\":" + args_json + "}");
+}
+
 // Not at every event: a writer woken per event (2 to 4 events per tensor) took a core from the
 // threads the timeline records. On rank 0 of 2 ranks on 2 cores, a submitter that lost its core
 // for longer than the fusion window split its burst of 20 all-reduces into several responses: up

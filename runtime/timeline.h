@@ -38,6 +38,9 @@ class Timeline {
              const std::string& args_json = "");
   void end(const std::string& tensor, const std::string& activity);
   void mark_cycle();
+  // An instant event on the process's first row (scope "p": drawn across every row), with
+  // `args_json` (an object) as its arguments: the straggler of a release (runtime/straggler.h).
+  void instant(const std::string& name, const std::string& args_json);
   // Flushes, terminates the JSON array and closes the file. Idempotent.
   void close();
 

@@ -151,6 +151,11 @@ void Runtime::build_controller(PeerLossHandler on_peer_loss) {
   co.peer_timeout_seconds = config_.peer_timeout_seconds;
   co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
   co.lanes = config_.cached_lanes;
+  if (topology().size > 1) {
+    straggler_ = std::make_shared<StragglerWindow>(topology().size, config_.straggler_threshold_ms,
+                                                   timeline_.get());
+    co.straggler = straggler_;
+  }
   if (timeline_)
     // A group unit that goes the slow way becomes its members: its row's NEGOTIATE span ends, and
     // each member's row takes it over (runtime/group_unit.h).

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -40,8 +41,44 @@ void Progress::line(const std::string& text) {
   std::fflush(stdout);
 }
 
+// Counts the step's named rank; the text for the line (the bar: this step's; a plain line: the
+// steps since the last one, whose counts it then clears).
+std::string Progress::straggler_text(const StepStats& s) {
+  char buf[96];
+  if (terminal_ && !log_steps_) {
+    if (s.slow_rank < 0) return "last -";
+    std::snprintf(buf, sizeof buf, "last r%d +%.1fms", s.slow_rank, s.lateness_ms);
+    return buf;
+  }
+  int best = -1;
+  for (size_t r = 0; r < named_since_line_.size(); ++r)
+    if (named_since_line_[r] > 0 && (best < 0 || named_since_line_[r] > named_since_line_[best]))
+      best = static_cast<int>(r);
+  std::string out = "last -";
+  if (best >= 0) {
+    std::snprintf(buf, sizeof buf, "last r%d in %lld/%lld steps, up to +%.1fms", best,
+                  static_cast<long long>(named_since_line_[best]),
+                  static_cast<long long>(steps_since_line_), worst_ms_since_line_[best]);
+    out = buf;
+  }
+  steps_since_line_ = 0;
+  std::fill(named_since_line_.begin(), named_since_line_.end(), 0);
+  std::fill(worst_ms_since_line_.begin(), worst_ms_since_line_.end(), 0.0);
+  return out;
+}
+
 void Progress::step(const StepStats& s) {
   if (!enabled_) return;
+  ++steps_since_line_;
+  if (s.slow_rank >= 0) {
+    const auto r = static_cast<size_t>(s.slow_rank);
+    if (named_since_line_.size() <= r) {
+      named_since_line_.resize(r + 1, 0);
+      worst_ms_since_line_.resize(r + 1, 0.0);
+    }
+    ++named_since_line_[r];
+    worst_ms_since_line_[r] = std::max(worst_ms_since_line_[r], s.lateness_ms);
+  }
   if (log_steps_) {
     // One parseable line per step: the tests compare these across runs.
     end_bar();
@@ -62,10 +99,10 @@ void Progress::step(const StepStats& s) {
     if (filled < kWidth) bar += '>';
     bar.resize(kWidth, ' ');
     // \033[K clears what a longer previous line left behind.
-    std::printf("\repoch %d/%d [%s] %lld/%lld loss %.4f acc %.4f %.0f img/s wait %.1f%%\033[K",
+    std::printf("\repoch %d/%d [%s] %lld/%lld loss %.4f acc %.4f %.0f img/s wait %.1f%% %s\033[K",
                 s.epoch + 1, s.epochs, bar.c_str(), static_cast<long long>(s.step_in_epoch),
                 static_cast<long long>(s.steps_in_epoch), s.epoch_loss, s.epoch_accuracy,
-                s.images_per_s, 100.0 * s.wait_share);
+                s.images_per_s, 100.0 * s.wait_share, straggler_text(s).c_str());
     std::fflush(stdout);
     bar_open_ = true;
     return;
@@ -73,10 +110,11 @@ void Progress::step(const StepStats& s) {
   if (!terminal_ && (s.step_in_epoch % log_every_ == 0) && !last_of_epoch) {
     std::printf(
         "epoch %d/%d step %lld/%lld (total %lld): loss %.4f acc %.4f lr %.5g %.1f img/s "
-        "wait %.1f%%\n",
+        "wait %.1f%% %s\n",
         s.epoch + 1, s.epochs, static_cast<long long>(s.step_in_epoch),
         static_cast<long long>(s.steps_in_epoch), static_cast<long long>(s.global_step),
-        s.epoch_loss, s.epoch_accuracy, s.lr, s.images_per_s, 100.0 * s.wait_share);
+        s.epoch_loss, s.epoch_accuracy, s.lr, s.images_per_s, 100.0 * s.wait_share,
+        straggler_text(s).c_str());
     std::fflush(stdout);
   }
 }

@@ -1,14 +1,18 @@
 #pragma once
 
 // Rank 0's progress display. On a terminal (stdout_is_terminal()) a live single line, redrawn
-// with '\r' at most ten times a second: epoch, a bar, loss, accuracy, images/s. Otherwise (a log
-// file, a pipe, a CI job) plain lines every log_every steps. Either way one line per epoch end,
-// with the test accuracy, and with log_steps one "step N loss L" line per step for scripts and
-// tests. Other ranks construct it disabled: every call is then a no-op.
+// with '\r' at most ten times a second: epoch, a bar, loss, accuracy, images/s, wait share, and
+// the step's slow rank ("last r2 +41.3ms", or "last -" when no rank was named). Otherwise (a log
+// file, a pipe, a CI job) plain lines every log_every steps, each with the rank named most often
+// since the last line ("last r2 in 9/10 steps, up to +41.3ms", or "last -"). Either way one line
+// per epoch end, with the test accuracy, and with log_steps one "step N loss L" line per step for
+// scripts and tests (unchanged: the tests compare them across runs). Other ranks construct it
+// disabled: every call is then a no-op.
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace train_cnn {
 
@@ -25,6 +29,10 @@ struct StepStats {
   double images_per_s = 0;  // global images per second over the epoch so far
   double lr = 0;
   double wait_share = 0;  // of step time spent waiting for gradient all-reduces, epoch so far
+  // This step's hvd::straggler_report() (hvd/straggler.h): the rank named (-1: none beyond the
+  // threshold) and the step's largest lateness in milliseconds (whoever was last).
+  int slow_rank = -1;
+  double lateness_ms = 0;
 };
 
 struct EpochStats {
@@ -66,6 +74,12 @@ class Progress {
   int log_every_;
   bool log_steps_;
   bool bar_open_ = false;
+  // Since the last plain line: steps, and per rank the steps it was named in (the line names the
+  // rank named most often, with its largest lateness).
+  int64_t steps_since_line_ = 0;
+  std::vector<int64_t> named_since_line_;
+  std::vector<double> worst_ms_since_line_;
+  std::string straggler_text(const StepStats& s);
   std::chrono::steady_clock::time_point last_draw_{};
 };
 

@@ -511,6 +511,9 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
     if (flags_.max_steps >= 0 && global_step_ >= flags_.max_steps) break;
     lr = schedule_->at(global_step_, epoch);
     const StepResult r = train_step(batches, lr);
+    // Every rank asks (the measure of the step's last release comes with the next cycle, which
+    // the ranks then start at once): the same report on every rank.
+    const hvd::StragglerReport straggler = hvd::straggler_report();
     totals.activation_peak = std::max(totals.activation_peak, net_->activation_memory().peak_bytes);
     ++global_step_;
     ++sum.steps_this_run;
@@ -535,6 +538,8 @@ bool Trainer::train_epoch(int epoch, int64_t& step_in_epoch, RunTotals& totals, 
     s.images_per_s = epoch_seconds > 0 ? epoch_steps * global_batch / epoch_seconds : 0;
     s.lr = lr;
     s.wait_share = epoch_seconds > 0 ? epoch_wait / epoch_seconds : 0;
+    s.slow_rank = straggler.rank;
+    s.lateness_ms = straggler.lateness_ms;
     progress_->step(s);
     csv_.step(s, r.seconds > 0 ? global_batch / r.seconds : 0,
               r.seconds > 0 ? r.wait / r.seconds : 0);

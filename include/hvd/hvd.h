@@ -11,6 +11,7 @@
 #include "hvd/prefetch.h"
 #include "hvd/process_set.h"
 #include "hvd/stop.h"
+#include "hvd/straggler.h"
 #include "hvd/strategy.h"
 #include "hvd/tensor.h"
 #include "hvd/version.h"

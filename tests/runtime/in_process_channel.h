@@ -203,8 +203,7 @@ class InProcessChannel : public comm::ControlChannel {
     Waited w = wait_patiently(others, in, patience);
     std::vector<uint64_t> reply(bits.size() + 2, 0);
     if (w.lost.empty()) {
-      for (int r = 1; r < size(); ++r)
-        for (size_t i = 0; i < bits.size(); ++i) bits[i] &= in[r][i];
+      for (int r = 1; r < size(); ++r) combine(bits.data(), in[r].data(), bits.size());
       reply[0] = kOk;
       std::copy(bits.begin(), bits.end(), reply.begin() + 2);
     } else {
