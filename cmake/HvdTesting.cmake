@@ -44,12 +44,8 @@ function(hvd_add_mpi_test name)
   if(NOT A_TIMEOUT)
     set(A_TIMEOUT 300)
   endif()
-  foreach(np ${A_NP})
-    add_test(NAME ${name}.np${np}
-      COMMAND ${HVD_MPIEXEC} ${HVD_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:${name}>)
-    set_tests_properties(${name}.np${np} PROPERTIES LABELS mpi TIMEOUT ${A_TIMEOUT}
-      PROCESSORS ${np} ENVIRONMENT "${HVD_TEST_ROOT_ENV};${A_ENV}")
-  endforeach()
+  hvd_add_program_test(${name} MPI NP ${A_NP} TIMEOUT ${A_TIMEOUT} ENV ${A_ENV}
+    COMMAND $<TARGET_FILE:${name}>)
 endfunction()
 
 # hvd_add_test_program(NAME SOURCES... [LIBS ...])
