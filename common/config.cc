@@ -252,6 +252,49 @@ const std::vector<ConfigVar>& config_registry() {
        "",
        1,
        ""},
+      {"HVD_AUTOTUNE",
+       ConfigType::kBool,
+       "0",
+       "Search the fusion threshold, cycle time and fusion window on the running job during its "
+       "first steps, keep the fastest, and log each trial, why the winner won and the line of "
+       "settings to pin (docs/tuning.md). Every rank must set it alike.",
+       {},
+       0,
+       0,
+       "autotune",
+       1,
+       "Tune the performance settings on the live job (flag without value)."},
+      {"HVD_AUTOTUNE_LOG",
+       ConfigType::kString,
+       "",
+       "Rank 0 writes each autotune trial here as a CSV row (empty: the log lines only).",
+       {},
+       0,
+       0,
+       "autotune-log",
+       1,
+       "CSV file of the autotune trials."},
+      {"HVD_AUTOTUNE_WARMUP_STEPS",
+       ConfigType::kInt,
+       "10",
+       "Steps the job runs at its starting settings before the autotune trials begin.",
+       {},
+       0,
+       1000000,
+       "",
+       1,
+       ""},
+      {"HVD_AUTOTUNE_STEPS_PER_TRIAL",
+       ConfigType::kInt,
+       "10",
+       "Steps timed per autotune trial (after one step for the settings to take effect); the "
+       "trial's score is their median.",
+       {},
+       1,
+       1000000,
+       "",
+       1,
+       ""},
       {"HVD_LOG_LEVEL",
        ConfigType::kEnum,
        "warning",
@@ -432,6 +475,10 @@ Config load_config(const EnvLookup& env) {
   c.stall_shutdown_time_seconds = get_double("HVD_STALL_SHUTDOWN_TIME_SECONDS");
   c.stall_check_disable = get_bool("HVD_STALL_CHECK_DISABLE");
   c.straggler_threshold_ms = get_double("HVD_STRAGGLER_THRESHOLD_MS");
+  c.autotune = get_bool("HVD_AUTOTUNE");
+  c.autotune_log = get_string("HVD_AUTOTUNE_LOG");
+  c.autotune_warmup_steps = get_int("HVD_AUTOTUNE_WARMUP_STEPS");
+  c.autotune_steps_per_trial = get_int("HVD_AUTOTUNE_STEPS_PER_TRIAL");
   c.log_level = get_enum("HVD_LOG_LEVEL");
   c.start_timeout_seconds = get_double("HVD_START_TIMEOUT");
   c.peer_timeout_seconds = get_double("HVD_PEER_TIMEOUT_SECONDS");

@@ -58,6 +58,10 @@ struct Config {
   double stall_shutdown_time_seconds = 0;
   bool stall_check_disable = false;
   double straggler_threshold_ms = 5;  // HVD_STRAGGLER_THRESHOLD_MS (runtime/straggler.h)
+  bool autotune = false;              // HVD_AUTOTUNE (runtime/autotune.h)
+  std::string autotune_log;
+  int64_t autotune_warmup_steps = 10;
+  int64_t autotune_steps_per_trial = 10;
   std::string log_level = "warning";  // trace | debug | info | warning | error
   double start_timeout_seconds = 30;
   double peer_timeout_seconds = 30;

@@ -426,6 +426,19 @@ StragglerReport straggler_report() {
                       [] { detail::WakeSignal::get().want_report_cycle(); });
 }
 
+TuningReport tuning_report() {
+  Using rt("tuning_report()");
+  if (const auto tuner = rt->tuner()) return tuner->report();
+  TuningReport r;
+  const ParameterValues now = rt->parameters().values();
+  r.fusion_threshold_bytes = now.fusion_threshold_bytes;
+  r.cycle_time_ms = now.cycle_time_ms;
+  r.fusion_window_us = now.fusion_window_us;
+  r.state = !rt->config().autotune ? "off (HVD_AUTOTUNE=0)"
+                                   : "off: a job of one rank has nothing to negotiate";
+  return r;
+}
+
 int rank() { return Using("rank()")->topology().rank; }
 int size() { return Using("size()")->topology().size; }
 int local_rank() { return Using("local_rank()")->topology().local_rank; }

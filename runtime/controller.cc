@@ -227,7 +227,10 @@ void Controller::requeue_all_pending() {
 
 // [flags | hit bits | valid bits] of this rank, to be ANDed across ranks.
 std::vector<uint64_t> Controller::local_bits(const CycleFlags& mine) {
-  std::vector<uint64_t> bits(1 + 2 * cache_words_ + (measure_ ? straggler::kWords : 0), 0);
+  tuning_ = options_.tuner && options_.tuner->active();
+  tuning_offset_ = 1 + 2 * cache_words_;
+  straggler_offset_ = tuning_offset_ + (tuning_ ? autotune::kWords : 0);
+  std::vector<uint64_t> bits(straggler_offset_ + (measure_ ? straggler::kWords : 0), 0);
   uint64_t flags = 0;
   if (!mine.shutdown) flags |= kNoShutdown;
   if (!mine.stop) flags |= kNoStop;
@@ -241,9 +244,10 @@ std::vector<uint64_t> Controller::local_bits(const CycleFlags& mine) {
   for (uint32_t pos : invalid_positions_)
     bits[1 + cache_words_ + pos / 64] &= ~(uint64_t{1} << (pos % 64));
   invalid_positions_.clear();
+  if (tuning_) options_.tuner->encode(bits.data() + tuning_offset_);
   if (measure_)
     straggler::encode(measure_pending_ ? measure_wait_us_ : -1, rank_,
-                      bits.data() + 1 + 2 * cache_words_);
+                      bits.data() + straggler_offset_);
   return bits;
 }
 
@@ -257,8 +261,12 @@ std::vector<Response> Controller::cycle(const CycleFlags& mine, CycleFlags* any)
   const bool any_joined = !(bits[0] & kNoJoined);
   if (measure_pending_) {
     measure_pending_ = false;
-    options_.straggler->add(straggler::decode(bits.data() + 1 + 2 * cache_words_));
+    options_.straggler->add(straggler::decode(bits.data() + straggler_offset_));
   }
+  // The tuner's verdict takes effect here, before this cycle fuses, at the same cycle everywhere.
+  if (tuning_) options_.tuner->decode(bits.data() + tuning_offset_);
+  watch_marker_ = options_.tuner && options_.tuner->wants_marker();
+  marker_seen_ = false;
 
   erase_invalid(bits);
   std::vector<Response> ready;
@@ -276,13 +284,26 @@ std::vector<Response> Controller::cycle(const CycleFlags& mine, CycleFlags* any)
       if (r.contributors == size_ && !group_unit::in_unit(r, units)) lane_to_sync(cache_.put(r));
     for (const auto& u : units) lane_to_sync(cache_.put(u));
     requeue_evicted_hits();
+    if (watch_marker_ && cache_.capacity() == 0) find_marker(slow);
     ready.insert(ready.end(), std::make_move_iterator(slow.begin()),
                  std::make_move_iterator(slow.end()));
   }
   if (measure_) measure_release(!ready.empty());
+  if (watch_marker_) options_.tuner->cycle_done(marker_seen_, std::chrono::steady_clock::now());
   FusionOptions fo;
-  fo.threshold_bytes = options_.fusion_threshold_bytes;
+  fo.threshold_bytes = threshold();
   return plan_fusion(std::move(ready), fo);
+}
+
+// HVD_AUTOTUNE, rank 0, the cache off: the step marker is a name of the slow path's responses.
+void Controller::find_marker(const std::vector<Response>& responses) {
+  for (const auto& r : responses) {
+    if (!r.error.empty()) continue;
+    for (const auto& name : r.names) {
+      if (marker_name_.empty()) marker_name_ = name;
+      if (name == marker_name_) marker_seen_ = true;
+    }
+  }
 }
 
 // After a cycle's negotiation: when it released operations (the same on every rank), this rank's
@@ -363,6 +384,10 @@ void Controller::erase_invalid(const std::vector<uint64_t>& bits) {
       uint32_t pos = static_cast<uint32_t>(w * 64 + __builtin_ctzll(invalid));
       invalid &= invalid - 1;
       cache_.erase(pos);
+      if (pos == marker_pos_) {  // the step marker went: rank 0 picks another
+        marker_pos_ = -1;
+        options_.tuner->marker_lost();
+      }
       if (has_pending(pos)) {
         const bool lane = pending_lane(pos);
         Request& r = take_pending(pos);
@@ -390,7 +415,7 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
   // and whether it is a group's: a hit is fused after it without reading its cached response.
   FusionTraits open_traits;
   bool open_grouped = false;
-  const int64_t threshold = options_.fusion_threshold_bytes;
+  const int64_t threshold = this->threshold();
   // The hits not yet placed: a new response reserves room for all of them (one allocation per
   // member vector, not one per doubling of a 1000-tensor response).
   size_t left = 0;
@@ -409,6 +434,10 @@ std::vector<Response> Controller::fast_path(const std::vector<uint64_t>& bits) {
       // A lane's submission has none: its member is left without them.
       const bool lane = pending_lane(pos);
       if (measure_) arrived(pending_since_[pos]);
+      if (watch_marker_) {
+        if (marker_pos_ < 0) marker_pos_ = pos;
+        if (pos == marker_pos_) marker_seen_ = true;
+      }
       Request& mine = take_pending(pos);
       // A group's members join the open response of their group whatever the threshold (a group
       // is one unit for plan_fusion, run whole); ungrouped ones join an ungrouped response up to

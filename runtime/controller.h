@@ -49,9 +49,11 @@
 #include <vector>
 
 #include "comm/control_channel.h"
+#include "runtime/autotune.h"
 #include "runtime/coordinator.h"
 #include "runtime/fusion.h"
 #include "runtime/message.h"
+#include "runtime/parameters.h"
 #include "runtime/response_cache.h"
 #include "runtime/straggler.h"
 #include "runtime/tensor_queue.h"
@@ -59,7 +61,14 @@
 namespace hvd {
 
 struct ControllerOptions {
+  // The live parameters (runtime/parameters.h), of which this controller reads the fusion
+  // threshold every cycle; null: fusion_threshold_bytes, fixed.
+  std::shared_ptr<const Parameters> params;
   int64_t fusion_threshold_bytes = 64 << 20;
+  // HVD_AUTOTUNE (runtime/autotune.h): the search's verdicts travel in this channel's control
+  // vector while it runs, and the fast path finds the step marker on rank 0. The global set only;
+  // null: none. Every rank of the channel must agree.
+  std::shared_ptr<Autotuner> tuner;
   size_t cache_capacity = 1024;
   // A cached tensor that waits this long for the other ranks goes to rank 0 instead, where the
   // stall inspector can see it (its cache entry is invalidated everywhere first).
@@ -202,6 +211,22 @@ class Controller {
     if (t > latest_arrival_) latest_arrival_ = t;
   }
   void measure_release(bool released);
+  void find_marker(const std::vector<Response>& responses);
+  size_t straggler_offset_ = 0;  // where the straggler words start in this cycle's vector
+
+  // HVD_AUTOTUNE: whether this cycle's vector holds the tuner's word (where it starts), and, on
+  // rank 0, the step marker (runtime/autotune.h): a cache position (or a name when the cache is
+  // off) and whether this cycle released it.
+  bool tuning_ = false;
+  size_t tuning_offset_ = 0;
+  bool watch_marker_ = false;
+  int64_t marker_pos_ = -1;
+  std::string marker_name_;
+  bool marker_seen_ = false;
+  int64_t threshold() const {
+    return options_.params ? options_.params->fusion_threshold_bytes()
+                           : options_.fusion_threshold_bytes;
+  }
 
   Coordinator coordinator_;  // rank 0's message table (unused on the other ranks)
 };

@@ -7,16 +7,8 @@
 namespace hvd {
 
 CyclePacer::CyclePacer(const Sets& sets, detail::WakeSignal& wake,
-                       const std::atomic<bool>& stopping, double cycle_ms, double fusion_window_us,
-                       bool one_rank)
-    : sets_(sets),
-      wake_(wake),
-      stopping_(stopping),
-      cycle_(std::chrono::duration_cast<clock::duration>(
-          std::chrono::duration<double, std::milli>(cycle_ms))),
-      window_(std::chrono::duration_cast<clock::duration>(
-          std::chrono::duration<double, std::micro>(fusion_window_us))),
-      one_rank_(one_rank) {}
+                       const std::atomic<bool>& stopping, const Parameters& params, bool one_rank)
+    : sets_(sets), wake_(wake), stopping_(stopping), params_(params), one_rank_(one_rank) {}
 
 // Between two cycles the background thread sleeps
 // (wait_for_work) until a request arrives or HVD_CYCLE_TIME has passed since the last cycle ended:
@@ -41,6 +33,8 @@ CyclePacer::CyclePacer(const Sets& sets, detail::WakeSignal& wake,
 // count together: a cycle runs every set this rank is a member of.
 void CyclePacer::pace(bool waited, bool worked) {
   if (next_cycle_now(waited)) return;
+  cycle_ = params_.cycle();
+  window_ = params_.fusion_window();
   wait_for_work(clock::now() + cycle_, worked);
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/handle.h"
+#include "runtime/parameters.h"
 #include "runtime/process_set.h"
 #include "runtime/tensor_queue.h"
 
@@ -23,10 +24,11 @@ namespace hvd {
 class CyclePacer {
  public:
   using Sets = std::vector<std::shared_ptr<ProcessSetState>>;  // by id; null: removed
-  // `sets`, `wake` and `stopping` (a shutdown was requested: return at once) must outlive the
+  // `sets`, `wake`, `stopping` (a shutdown was requested: return at once) and `params` (the cycle
+  // time and the fusion window, read before each wait: runtime/parameters.h) must outlive the
   // pacer. `one_rank`: a job of one rank, whose idle background thread sleeps until a submission.
   CyclePacer(const Sets& sets, detail::WakeSignal& wake, const std::atomic<bool>& stopping,
-             double cycle_ms, double fusion_window_us, bool one_rank);
+             const Parameters& params, bool one_rank);
 
   // After a cycle (`waited`: a user thread was blocked on requests it popped; `worked`: it ran an
   // operation): returns when the next cycle should start.
@@ -44,7 +46,8 @@ class CyclePacer {
   const Sets& sets_;
   detail::WakeSignal& wake_;
   const std::atomic<bool>& stopping_;
-  const clock::duration cycle_, window_;
+  const Parameters& params_;
+  clock::duration cycle_{}, window_{};  // params_', as pace() last read them
   const bool one_rank_;
 };
 

@@ -50,6 +50,7 @@ void ProcessSetState::start(const SetShared& shared) {
     co.global_ranks = ranks();
     co.lanes = false;        // a set's collectives take the ordinary path (runtime/api.cc)
     co.straggler = nullptr;  // measured for the global set only (runtime/straggler.h)
+    co.tuner = nullptr;      // the global set's negotiation carries the tuner's verdicts
     if (shared.timeline)
       co.on_unit_expanded = [t = shared.timeline, this](const std::string& group, int32_t members) {
         t->end(timeline_row(group), "NEGOTIATE");

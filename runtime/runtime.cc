@@ -158,8 +158,7 @@ void Runtime::loop() {
   // The fusion window and the cycle are timed waits (a lone all-reduce submitted during compute
   // was negotiated ~140 us after submission instead of ~90 with the default slack).
   precise_timed_waits();
-  CyclePacer pacer(sets_->sets(), wake_, shutdown_requested_, config_.cycle_time_ms,
-                   config_.fusion_window_us, topology().size == 1);
+  CyclePacer pacer(sets_->sets(), wake_, shutdown_requested_, *params_, topology().size == 1);
   const TestPause pause = test_pause_from_env(topology().rank);
   try {
     for (long cycles = 0;; ++cycles) {

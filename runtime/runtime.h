@@ -66,6 +66,9 @@ class Runtime {
   // The global set's straggler measures (runtime/straggler.h; any thread); null in a job of one
   // rank. hvd::straggler_report() takes its window outside the runtime's count of calls (it waits).
   std::shared_ptr<StragglerWindow> straggler_window() const { return straggler_; }
+  // The live parameters (runtime/parameters.h) and, with HVD_AUTOTUNE, their tuner (null: none).
+  const Parameters& parameters() const { return *params_; }
+  std::shared_ptr<const Autotuner> tuner() const { return tuner_; }
 
   // The global process set (any thread; lives as long as the runtime).
   ProcessSetState& world() { return *world_; }
@@ -121,6 +124,8 @@ class Runtime {
   std::unique_ptr<comm::Watchdog> watchdog_;      // its own thread; before its users below
   std::unique_ptr<Timeline> timeline_;            // rank 0 only, with HVD_TIMELINE; any thread
   std::shared_ptr<StragglerWindow> straggler_;    // the global set's measures; null: one rank
+  std::shared_ptr<Parameters> params_;            // live: the background thread reads each cycle
+  std::shared_ptr<Autotuner> tuner_;              // HVD_AUTOTUNE in a job of 2+ ranks; else null
   SetShared shared_;                              // what start() gives every set
   std::unique_ptr<ProcessSetTable> sets_;         // the global set, then those added
 

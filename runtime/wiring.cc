@@ -148,6 +148,23 @@ void Runtime::build_controller(PeerLossHandler on_peer_loss) {
   if (topology().rank == 0 && !config_.timeline_path.empty())
     timeline_ = std::make_unique<Timeline>(config_.timeline_path, config_.timeline_mark_cycles);
   co.fusion_threshold_bytes = config_.fusion_threshold_bytes;
+  params_ = std::make_shared<Parameters>(
+      ParameterValues{.fusion_threshold_bytes = config_.fusion_threshold_bytes,
+                      .cycle_time_ms = config_.cycle_time_ms,
+                      .fusion_window_us = config_.fusion_window_us});
+  co.params = params_;
+  if (config_.autotune && topology().size > 1) {
+    AutotuneOptions ao;
+    ao.rank = topology().rank;
+    ao.warmup_steps = static_cast<int>(config_.autotune_warmup_steps);
+    ao.steps_per_trial = static_cast<int>(config_.autotune_steps_per_trial);
+    ao.log_path = config_.autotune_log;
+    tuner_ = std::make_shared<Autotuner>(ao, *params_);
+    co.tuner = tuner_;
+  } else if (config_.autotune) {
+    HVD_LOG(Warning) << "HVD_AUTOTUNE=1: a job of one rank negotiates nothing (its operations "
+                        "run as they are submitted), so there is nothing to tune.";
+  }
   co.peer_timeout_seconds = config_.peer_timeout_seconds;
   co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
   co.lanes = config_.cached_lanes;

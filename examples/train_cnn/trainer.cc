@@ -644,6 +644,14 @@ void Trainer::report(const RunTotals& totals, TrainSummary& sum) {
      << format("%.1f", 100.0 * sum.wait_share) << "% and for data "
      << format("%.1f", 100.0 * sum.data_wait_share) << "% of step time";
   progress_->line(os.str());
+  // HVD_AUTOTUNE=1 (docs/tuning.md): what the search chose, or how far it got.
+  if (const hvd::TuningReport tuning = hvd::tuning_report(); tuning.enabled)
+    progress_->line(tuning.done ? "autotune: " + tuning.settings + " (" +
+                                      std::to_string(tuning.trials.size()) + " trials; " +
+                                      tuning.explanation + ")"
+                                : "autotune: not finished (" + tuning.state +
+                                      "): the run ended during the search; it needs more steps "
+                                      "(docs/tuning.md)");
 }
 
 }  // namespace train_cnn

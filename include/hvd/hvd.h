@@ -14,6 +14,7 @@
 #include "hvd/straggler.h"
 #include "hvd/strategy.h"
 #include "hvd/tensor.h"
+#include "hvd/tuning.h"
 #include "hvd/version.h"
 
 namespace hvd {
