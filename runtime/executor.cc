@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <csignal>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -58,18 +56,6 @@ void fail_response(TensorQueue& queue, const Response& r, detail::ErrorKind kind
     if (auto e = queue.take(name)) e->handle->fail(kind, message);
 }
 
-// Test hook: HVD_TEST_STOP_IN_OP=RANK:N stops that rank's whole process (SIGSTOP) right before its
-// N-th data-plane batch (from 1): a rank frozen in the middle of a collective, as behind a dead
-// link, while its peers have entered it (tests/reliability/test_lost_rank.sh, mode "handler"). Read
-// once.
-long stop_at_batch_from_env(int rank) {
-  const char* v = std::getenv("HVD_TEST_STOP_IN_OP");
-  int r = -1;
-  long n = -1;
-  if (v && std::sscanf(v, "%d:%ld", &r, &n) == 2 && r == rank && n > 0) return n;
-  return -1;
-}
-
 // The timeline row of name n: n itself for the global set (no copy), else the set's prefix and n,
 // in *scratch.
 const std::string& row_of(const std::string& prefix, const std::string& n, std::string* scratch) {
@@ -105,7 +91,8 @@ struct Executor::Batch {
 };
 
 Executor::Executor(int rank, TensorQueue& queue, ops::OperationManager& ops, ops::GpuBackend& gpu,
-                   comm::Watchdog& watchdog, Timeline* timeline, std::string timeline_prefix)
+                   comm::Watchdog& watchdog, Timeline* timeline, std::string timeline_prefix,
+                   long stop_at_batch)
     : queue_(queue),
       ops_(ops),
       gpu_(gpu),
@@ -113,7 +100,7 @@ Executor::Executor(int rank, TensorQueue& queue, ops::OperationManager& ops, ops
       timeline_(timeline),
       row_prefix_(std::move(timeline_prefix)),
       rank_(rank),
-      stop_at_batch_(stop_at_batch_from_env(rank)) {}
+      stop_at_batch_(stop_at_batch) {}
 
 void Executor::perform(const Response& r) {
   if (r.type == ResponseType::kError && r.names.size() == 1 && r.names[0] == kShutdownNotice) {
