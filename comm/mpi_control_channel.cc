@@ -115,12 +115,23 @@ Waited wait_patiently(std::vector<MPI_Request>& reqs, const std::vector<int>& ra
 ControlTopology parse_control_topology(const std::string& value, int size) {
   std::string v;
   for (char c : value) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (v == "star") return ControlTopology::kStar;
-  if (v == "tree") return ControlTopology::kTree;
-  if (v == "auto")
-    return size >= kAutoTreeFromRanks ? ControlTopology::kTree : ControlTopology::kStar;
+  if (v == "star") return resolve_control_topology(ControlTopologySetting::kStar, size);
+  if (v == "tree") return resolve_control_topology(ControlTopologySetting::kTree, size);
+  if (v == "auto") return resolve_control_topology(ControlTopologySetting::kAuto, size);
   throw InvalidArgumentError("HVD_CONTROL_TOPOLOGY='" + value +
                              "' is not valid: expected one of auto|tree|star.");
+}
+
+ControlTopology resolve_control_topology(ControlTopologySetting setting, int size) {
+  switch (setting) {
+    case ControlTopologySetting::kStar:
+      return ControlTopology::kStar;
+    case ControlTopologySetting::kTree:
+      return ControlTopology::kTree;
+    case ControlTopologySetting::kAuto:
+      break;
+  }
+  return size >= kAutoTreeFromRanks ? ControlTopology::kTree : ControlTopology::kStar;
 }
 
 MpiControlChannel::MpiControlChannel(MPI_Comm comm, ControlTopology topology)

@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "comm/control_channel.h"
+#include "common/config.h"
 
 namespace hvd::comm {
 
@@ -58,6 +59,8 @@ inline constexpr int kAutoTreeFromRanks = 64;
 // "auto" | "star" | "tree" (the HVD_CONTROL_TOPOLOGY values, any case) and the job's size -> the
 // topology; throws InvalidArgumentError for anything else.
 ControlTopology parse_control_topology(const std::string& value, int size = 1);
+// The setting (Config::control_topology) and the job's size -> the topology.
+ControlTopology resolve_control_topology(ControlTopologySetting setting, int size);
 
 struct ControlCounters {
   uint64_t messages_sent = 0, messages_received = 0;

@@ -59,14 +59,6 @@ std::string what_next(PeerLossAction action, bool handler) {
 
 }  // namespace
 
-PeerLossAction parse_peer_loss_action(const std::string& value) {
-  if (value == "exit") return PeerLossAction::kExit;
-  if (value == "abort") return PeerLossAction::kAbort;
-  if (value == "none") return PeerLossAction::kNone;
-  throw InvalidArgumentError("HVD_ON_PEER_LOSS='" + value +
-                             "' is not valid: expected one of exit|abort|none.");
-}
-
 Watchdog::Watchdog(MPI_Comm world, int rank, int size, bool thread_multiple,
                    const WatchdogOptions& options)
     : rank_(rank), size_(size), options_(options) {

@@ -49,15 +49,15 @@
 #include <thread>
 #include <vector>
 
+#include "common/config.h"
+
 namespace hvd::comm {
 
 // The exit status of a process that the watchdog ended after a peer loss (HVD_ON_PEER_LOSS=exit).
 inline constexpr int kPeerLossExitCode = 70;
 
-enum class PeerLossAction { kExit, kAbort, kNone };
-// "exit" | "abort" | "none" (the HVD_ON_PEER_LOSS values) -> the action; throws
-// InvalidArgumentError for anything else.
-PeerLossAction parse_peer_loss_action(const std::string& value);
+// HVD_ON_PEER_LOSS's values (common/config.h, parsed by load_config()).
+using hvd::PeerLossAction;
 
 struct WatchdogOptions {
   double peer_timeout_seconds = 30;               // HVD_PEER_TIMEOUT_SECONDS

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 
@@ -38,329 +39,276 @@ std::string lower(std::string s) {
 
 }  // namespace
 
+const char* to_string(GpuOperations v) {
+  switch (v) {
+    case GpuOperations::kNccl:
+      return "NCCL";
+    case GpuOperations::kMpi:
+      return "MPI";
+  }
+  return "?";
+}
+
+const char* to_string(PeerLossAction v) {
+  switch (v) {
+    case PeerLossAction::kExit:
+      return "exit";
+    case PeerLossAction::kAbort:
+      return "abort";
+    case PeerLossAction::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+const char* to_string(ControlTopologySetting v) {
+  switch (v) {
+    case ControlTopologySetting::kAuto:
+      return "auto";
+    case ControlTopologySetting::kTree:
+      return "tree";
+    case ControlTopologySetting::kStar:
+      return "star";
+  }
+  return "?";
+}
+
 const std::vector<ConfigVar>& config_registry() {
   static const std::vector<ConfigVar> registry = {
-      {"HVD_FUSION_THRESHOLD",
-       ConfigType::kInt,
-       "67108864",
-       "Bytes of tensors fused into one collective (0 disables fusion).",
-       {},
-       0,
-       kMaxInt,
-       "fusion-threshold-mb",
-       1048576,
-       "Fusion buffer threshold in MiB."},
-      {"HVD_CYCLE_TIME",
-       ConfigType::kDouble,
-       "1",
-       "Milliseconds between negotiation cycles of the background thread.",
-       {},
-       0.01,
-       10000,
-       "cycle-time-ms",
-       1,
-       "Cycle time in milliseconds."},
-      {"HVD_FUSION_WINDOW",
-       ConfigType::kDouble,
-       "50",
-       "Microseconds the background thread waits, once a request arrives on an idle runtime, for "
-       "no further request before it negotiates (a burst fuses into one response); at most one "
-       "cycle time after the first request.",
-       {},
-       0,
-       1e7,
-       "",
-       1,
-       ""},
-      {"HVD_WAIT_POLL_US",
-       ConfigType::kInt,
-       "-1",
-       "Microseconds a thread about to sleep polls first: Handle::wait() for its operation, the "
-       "background thread between cycles for a submission (no futex wake-up when the answer comes "
-       "meanwhile). -1: 50 where the rank may count at least 2 cores as its own (its CPU mask "
-       "divided among the node's ranks whose masks overlap it: a user and a background thread "
-       "each), else 0; 0: never poll.",
-       {},
-       -1,
-       100000,
-       "",
-       1,
-       ""},
-      {"HVD_COPY_THREADS",
-       ConfigType::kInt,
-       "-1",
-       "Helper threads per rank that copy a large fused batch (256 KiB or more) into and out of "
-       "the host fusion buffer beside the thread running it. -1: the cores the rank counts as "
-       "its own (as for HVD_WAIT_POLL_US) beyond its own threads (2; a GPU rank 3), at most 3, so "
-       "none where ranks share cores; 0: none.",
-       {},
-       -1,
-       15,
-       "",
-       1,
-       ""},
-      {"HVD_SINGLE_RANK_INLINE",
-       ConfigType::kBool,
-       "1",
-       "In a job of one rank, run a CPU tensor's collective on the calling thread at submission: "
-       "nothing to negotiate, no hand-off to the background thread (0: every operation goes "
-       "through the background thread, as with several ranks).",
-       {},
-       0,
-       0,
-       "",
-       1,
-       ""},
-      {"HVD_CACHE_CAPACITY",
-       ConfigType::kInt,
-       "1024",
-       "Negotiated responses kept for the bit-vector fast path (0 turns the cache off).",
-       {},
-       0,
-       1 << 20,
-       "cache-capacity",
-       1,
-       "Response cache capacity (0 disables)."},
-      {"HVD_CACHED_LANES",
-       ConfigType::kBool,
-       "1",
-       "Submit an allreduce whose response is cached (every step's tensors from the second step "
-       "on) "
-       "straight into a slot of its own, with no request and no queue entry to negotiate by name "
-       "(0: every tensor takes the ordinary path; for comparisons).",
-       {},
-       0,
-       0,
-       "",
-       1,
-       ""},
-      {"HVD_HIERARCHICAL_ALLREDUCE",
-       ConfigType::kBool,
-       "0",
-       "Reduce-scatter in the node, all-reduce across nodes, all-gather in the node.",
-       {},
-       0,
-       0,
-       "hierarchical-allreduce",
-       1,
-       "Use hierarchical all-reduce (flag without value)."},
-      {"HVD_GPU_OPERATIONS",
-       ConfigType::kEnum,
-       "NCCL",
-       "Backend for GPU tensors: NCCL, or MPI through host memory.",
-       {"NCCL", "MPI"},
-       0,
-       0,
-       "gpu-operations",
-       1,
-       "Backend for GPU tensors: NCCL or MPI."},
-      {"HVD_ENABLE_ASYNC_COMPLETION",
-       ConfigType::kBool,
-       "0",
-       "GPU all-reduce and broadcast: Handle::wait() returns once the operation is queued on the "
-       "GPU, and the output is valid in the order of the stream each tensor names (its TensorRef "
-       "stream; null: the legacy default stream), which waits for hvd's work; the host does not "
-       "wait for the GPU. 0: wait() returns once the GPU work is done (valid on any stream).",
-       {},
-       0,
-       0,
-       "",
-       1,
-       ""},
-      {"HVD_COMPRESSION",
-       ConfigType::kEnum,
-       "none",
-       "All-reduce wire compression of float32/float64 tensors: none, fp16 or bf16 (other dtypes "
-       "unchanged; CUDA tensors on the NCCL path: fp16 only, float32 sum/average).",
-       {"none", "fp16", "bf16"},
-       0,
-       0,
-       "compression",
-       1,
-       "All-reduce wire compression of float32/float64 tensors: none, fp16 or bf16."},
-      {"HVD_DETERMINISTIC",
-       ConfigType::kBool,
-       "0",
-       "Reduce every floating-point sum, average and product element in rank order (0, 1, ...), "
-       "whatever its place in the fusion buffer: the same job on the same ranks gives the same "
-       "bits on every run, with fusion on (docs/determinism.md). Every rank must set it alike.",
-       {},
-       0,
-       0,
-       "deterministic",
-       1,
-       "Bitwise-reproducible reductions with fusion on (flag without value)."},
-      {"HVD_TIMELINE",
-       ConfigType::kString,
-       "",
-       "Path of a Chrome-trace JSON timeline written by rank 0 (empty: off).",
-       {},
-       0,
-       0,
-       "timeline-filename",
-       1,
-       "Write a Chrome-trace timeline to this path."},
-      {"HVD_TIMELINE_MARK_CYCLES",
-       ConfigType::kBool,
-       "0",
-       "Mark each background cycle in the timeline.",
-       {},
-       0,
-       0,
-       "timeline-mark-cycles",
-       1,
-       "Mark cycles in the timeline (flag without value)."},
-      {"HVD_STALL_CHECK_TIME_SECONDS",
-       ConfigType::kDouble,
-       "60",
-       "Seconds a tensor may wait for ranks that have not submitted it before rank 0 warns (and "
-       "again every as many seconds).",
-       {},
-       0,
-       1e9,
-       "stall-check-warning-time-seconds",
-       1,
-       "Seconds before a stall warning."},
-      {"HVD_STALL_SHUTDOWN_TIME_SECONDS",
-       ConfigType::kDouble,
-       "0",
-       "Seconds after which stalled tensors fail and the job shuts down (0: never).",
-       {},
-       0,
-       1e9,
-       "stall-check-shutdown-time-seconds",
-       1,
-       "Seconds before a stall fails the job (0: never)."},
-      {"HVD_STALL_CHECK_DISABLE",
-       ConfigType::kBool,
-       "0",
-       "Turn the stall inspector off.",
-       {},
-       0,
-       0,
-       "",
-       1,
-       ""},
-      {"HVD_STRAGGLER_THRESHOLD_MS",
-       ConfigType::kDouble,
-       "5",
-       "Milliseconds by which a rank must arrive last at a release for hvd::straggler_report() "
-       "to name it (below: noise).",
-       {},
-       0,
-       1e9,
-       "",
-       1,
-       ""},
-      {"HVD_AUTOTUNE",
-       ConfigType::kBool,
-       "0",
-       "Search the fusion threshold, cycle time and fusion window on the running job during its "
-       "first steps, keep the fastest, and log each trial, why the winner won and the line of "
-       "settings to pin (docs/tuning.md). Every rank must set it alike.",
-       {},
-       0,
-       0,
-       "autotune",
-       1,
-       "Tune the performance settings on the live job (flag without value)."},
-      {"HVD_AUTOTUNE_LOG",
-       ConfigType::kString,
-       "",
-       "Rank 0 writes each autotune trial here as a CSV row (empty: the log lines only).",
-       {},
-       0,
-       0,
-       "autotune-log",
-       1,
-       "CSV file of the autotune trials."},
-      {"HVD_AUTOTUNE_WARMUP_STEPS",
-       ConfigType::kInt,
-       "10",
-       "Steps the job runs at its starting settings before the autotune trials begin.",
-       {},
-       0,
-       1000000,
-       "",
-       1,
-       ""},
-      {"HVD_AUTOTUNE_STEPS_PER_TRIAL",
-       ConfigType::kInt,
-       "10",
-       "Steps timed per autotune trial (after one step for the settings to take effect); the "
-       "trial's score is their median.",
-       {},
-       1,
-       1000000,
-       "",
-       1,
-       ""},
-      {"HVD_LOG_LEVEL",
-       ConfigType::kEnum,
-       "warning",
-       "Least severe log level printed.",
-       {"trace", "debug", "info", "warning", "error"},
-       0,
-       0,
-       "log-level",
-       1,
-       "Log level: trace, debug, info, warning or error."},
-      {"HVD_START_TIMEOUT",
-       ConfigType::kDouble,
-       "30",
-       "Seconds init() waits for every rank before failing.",
-       {},
-       1,
-       1e6,
-       "start-timeout",
-       1,
-       "Seconds to wait for all ranks at start."},
-      {"HVD_PEER_TIMEOUT_SECONDS",
-       ConfigType::kDouble,
-       "30",
-       "Seconds without a sign of life from a peer before it is declared lost.",
-       {},
-       1,
-       1e6,
-       "",
-       1,
-       ""},
-      {"HVD_CONTROL_TOPOLOGY",
-       ConfigType::kEnum,
-       "auto",
-       "Shape of the per-cycle bit-vector exchange: tree (a binomial tree, rank 0 handles "
-       "2*ceil(log2 n) messages per cycle), star (every rank through rank 0, 2*(n-1), in two hops) "
-       "or auto (star below 64 ranks, tree from 64); all name lost ranks the same way "
-       "(docs/scaling.md).",
-       {"auto", "tree", "star"},
-       0,
-       0,
-       "",
-       1,
-       ""},
-      {"HVD_ON_PEER_LOSS",
-       ConfigType::kEnum,
-       "exit",
-       "When a lost peer leaves this rank blocked in MPI: log the error, call the program's "
-       "hvd::set_peer_loss_handler if any, then exit (status 70), abort (core dump) or none "
-       "(stay blocked until the launcher ends the job).",
-       {"exit", "abort", "none"},
-       0,
-       0,
-       "",
-       1,
-       ""},
-      {"HVD_TERMINATE_HANDLER",
-       ConfigType::kBool,
-       "1",
-       "An uncaught hvd::Error ends the process with its message and exit status 1 instead of "
-       "abort().",
-       {},
-       0,
-       0,
-       "",
-       1,
-       ""},
+      {.name = "HVD_FUSION_THRESHOLD",
+       .type = ConfigType::kInt,
+       .default_value = "67108864",
+       .doc = "Bytes of tensors fused into one collective (0 disables fusion).",
+       .max = kMaxInt,
+       .launcher_flag = "fusion-threshold-mb",
+       .launcher_scale = 1048576,
+       .launcher_doc = "Fusion buffer threshold in MiB."},
+      {.name = "HVD_CYCLE_TIME",
+       .type = ConfigType::kDouble,
+       .default_value = "1",
+       .doc = "Milliseconds between negotiation cycles of the background thread.",
+       .min = 0.01,
+       .max = 10000,
+       .launcher_flag = "cycle-time-ms",
+       .launcher_doc = "Cycle time in milliseconds."},
+      {.name = "HVD_FUSION_WINDOW",
+       .type = ConfigType::kDouble,
+       .default_value = "50",
+       .doc = "Microseconds the background thread waits, once a request arrives on an idle "
+              "runtime, for no further request before it negotiates (a burst fuses into one "
+              "response); at most one cycle time after the first request.",
+       .max = 1e7},
+      {.name = "HVD_WAIT_POLL_US",
+       .type = ConfigType::kInt,
+       .default_value = "-1",
+       .doc = "Microseconds a thread about to sleep polls first: Handle::wait() for its "
+              "operation, the background thread between cycles for a submission (no futex "
+              "wake-up when the answer comes meanwhile). -1: 50 where the rank may count at "
+              "least 2 cores as its own (its CPU mask divided among the node's ranks whose "
+              "masks overlap it: a user and a background thread each), else 0; 0: never "
+              "poll.",
+       .min = -1,
+       .max = 100000},
+      {.name = "HVD_COPY_THREADS",
+       .type = ConfigType::kInt,
+       .default_value = "-1",
+       .doc = "Helper threads per rank that copy a large fused batch (256 KiB or more) into "
+              "and out of the host fusion buffer beside the thread running it. -1: the cores "
+              "the rank counts as its own (as for HVD_WAIT_POLL_US) beyond its own threads "
+              "(2; a GPU rank 3), at most 3, so none where ranks share cores; 0: none.",
+       .min = -1,
+       .max = 15},
+      {.name = "HVD_SINGLE_RANK_INLINE",
+       .type = ConfigType::kBool,
+       .default_value = "1",
+       .doc = "In a job of one rank, run a CPU tensor's collective on the calling thread at "
+              "submission: nothing to negotiate, no hand-off to the background thread (0: "
+              "every operation goes through the background thread, as with several ranks)."},
+      {.name = "HVD_CACHE_CAPACITY",
+       .type = ConfigType::kInt,
+       .default_value = "1024",
+       .doc = "Negotiated responses kept for the bit-vector fast path (0 turns the cache "
+              "off).",
+       .max = 1 << 20,
+       .launcher_flag = "cache-capacity",
+       .launcher_doc = "Response cache capacity (0 disables)."},
+      {.name = "HVD_CACHED_LANES",
+       .type = ConfigType::kBool,
+       .default_value = "1",
+       .doc = "Submit an allreduce whose response is cached (every step's tensors from the "
+              "second step on) straight into a slot of its own, with no request and no queue "
+              "entry to negotiate by name (0: every tensor takes the ordinary path; for "
+              "comparisons)."},
+      {.name = "HVD_HIERARCHICAL_ALLREDUCE",
+       .type = ConfigType::kBool,
+       .default_value = "0",
+       .doc = "Reduce-scatter in the node, all-reduce across nodes, all-gather in the node.",
+       .launcher_flag = "hierarchical-allreduce",
+       .launcher_doc = "Use hierarchical all-reduce (flag without value)."},
+      {.name = "HVD_GPU_OPERATIONS",
+       .type = ConfigType::kEnum,
+       .default_value = "NCCL",
+       .doc = "Backend for GPU tensors: NCCL, or MPI through host memory.",
+       .choices = {"NCCL", "MPI"},
+       .launcher_flag = "gpu-operations",
+       .launcher_doc = "Backend for GPU tensors: NCCL or MPI."},
+      {.name = "HVD_ENABLE_ASYNC_COMPLETION",
+       .type = ConfigType::kBool,
+       .default_value = "0",
+       .doc = "GPU all-reduce and broadcast: Handle::wait() returns once the operation is "
+              "queued on the GPU, and the output is valid in the order of the stream each "
+              "tensor names (its TensorRef stream; null: the legacy default stream), which "
+              "waits for hvd's work; the host does not wait for the GPU. 0: wait() returns "
+              "once the GPU work is done (valid on any stream)."},
+      {.name = "HVD_COMPRESSION",
+       .type = ConfigType::kEnum,
+       .default_value = "none",
+       .doc = "All-reduce wire compression of float32/float64 tensors: none, fp16 or bf16 "
+              "(other dtypes unchanged; CUDA tensors on the NCCL path: fp16 only, float32 "
+              "sum/average).",
+       .choices = {"none", "fp16", "bf16"},
+       .launcher_flag = "compression",
+       .launcher_doc =
+           "All-reduce wire compression of float32/float64 tensors: none, fp16 or bf16."},
+      {.name = "HVD_DETERMINISTIC",
+       .type = ConfigType::kBool,
+       .default_value = "0",
+       .doc = "Reduce every floating-point sum, average and product element in rank order "
+              "(0, 1, ...), whatever its place in the fusion buffer: the same job on the "
+              "same ranks gives the same bits on every run, with fusion on "
+              "(docs/determinism.md). Every rank must set it alike.",
+       .launcher_flag = "deterministic",
+       .launcher_doc = "Bitwise-reproducible reductions with fusion on (flag without value)."},
+      {.name = "HVD_TIMELINE",
+       .type = ConfigType::kString,
+       .default_value = "",
+       .doc = "Path of a Chrome-trace JSON timeline written by rank 0 (empty: off).",
+       .launcher_flag = "timeline-filename",
+       .launcher_doc = "Write a Chrome-trace timeline to this path."},
+      {.name = "HVD_TIMELINE_MARK_CYCLES",
+       .type = ConfigType::kBool,
+       .default_value = "0",
+       .doc = "Mark each background cycle in the timeline.",
+       .launcher_flag = "timeline-mark-cycles",
+       .launcher_doc = "Mark cycles in the timeline (flag without value)."},
+      {.name = "HVD_STALL_CHECK_TIME_SECONDS",
+       .type = ConfigType::kDouble,
+       .default_value = "60",
+       .doc = "Seconds a tensor may wait for ranks that have not submitted it before rank 0 "
+              "warns (and again every as many seconds).",
+       .max = 1e9,
+       .launcher_flag = "stall-check-warning-time-seconds",
+       .launcher_doc = "Seconds before a stall warning."},
+      {.name = "HVD_STALL_SHUTDOWN_TIME_SECONDS",
+       .type = ConfigType::kDouble,
+       .default_value = "0",
+       .doc = "Seconds after which stalled tensors fail and the job shuts down (0: never).",
+       .max = 1e9,
+       .launcher_flag = "stall-check-shutdown-time-seconds",
+       .launcher_doc = "Seconds before a stall fails the job (0: never)."},
+      {.name = "HVD_STALL_CHECK_DISABLE",
+       .type = ConfigType::kBool,
+       .default_value = "0",
+       .doc = "Turn the stall inspector off."},
+      {.name = "HVD_STRAGGLER_THRESHOLD_MS",
+       .type = ConfigType::kDouble,
+       .default_value = "5",
+       .doc = "Milliseconds by which a rank must arrive last at a release for "
+              "hvd::straggler_report() to name it (below: noise).",
+       .max = 1e9},
+      {.name = "HVD_AUTOTUNE",
+       .type = ConfigType::kBool,
+       .default_value = "0",
+       .doc = "Search the fusion threshold, cycle time and fusion window on the running job "
+              "during its first steps, keep the fastest, and log each trial, why the winner won "
+              "and the line of settings to pin (docs/tuning.md). Every rank must set it alike.",
+       .launcher_flag = "autotune",
+       .launcher_doc = "Tune the performance settings on the live job (flag without value)."},
+      {.name = "HVD_AUTOTUNE_LOG",
+       .type = ConfigType::kString,
+       .default_value = "",
+       .doc = "Rank 0 writes each autotune trial here as a CSV row (empty: the log lines only).",
+       .launcher_flag = "autotune-log",
+       .launcher_doc = "CSV file of the autotune trials."},
+      {.name = "HVD_AUTOTUNE_WARMUP_STEPS",
+       .type = ConfigType::kInt,
+       .default_value = "10",
+       .doc = "Steps the job runs at its starting settings before the autotune trials begin.",
+       .max = 1000000},
+      {.name = "HVD_AUTOTUNE_STEPS_PER_TRIAL",
+       .type = ConfigType::kInt,
+       .default_value = "10",
+       .doc = "Steps timed per autotune trial (after one step for the settings to take effect); "
+              "the trial's score is their mean.",
+       .min = 1,
+       .max = 1000000},
+      {.name = "HVD_LOG_LEVEL",
+       .type = ConfigType::kEnum,
+       .default_value = "warning",
+       .doc = "Least severe log level printed.",
+       .choices = {"trace", "debug", "info", "warning", "error"},
+       .launcher_flag = "log-level",
+       .launcher_doc = "Log level: trace, debug, info, warning or error."},
+      {.name = "HVD_START_TIMEOUT",
+       .type = ConfigType::kDouble,
+       .default_value = "30",
+       .doc = "Seconds init() waits for every rank before failing.",
+       .min = 1,
+       .max = 1e6,
+       .launcher_flag = "start-timeout",
+       .launcher_doc = "Seconds to wait for all ranks at start."},
+      {.name = "HVD_PEER_TIMEOUT_SECONDS",
+       .type = ConfigType::kDouble,
+       .default_value = "30",
+       .doc = "Seconds without a sign of life from a peer before it is declared lost.",
+       .min = 1,
+       .max = 1e6},
+      {.name = "HVD_CONTROL_TOPOLOGY",
+       .type = ConfigType::kEnum,
+       .default_value = "auto",
+       .doc = "Shape of the per-cycle bit-vector exchange: tree (a binomial tree, rank 0 "
+              "handles 2*ceil(log2 n) messages per cycle), star (every rank through rank 0, "
+              "2*(n-1), in two hops) or auto (star below 64 ranks, tree from 64); all name "
+              "lost ranks the same way (docs/scaling.md).",
+       .choices = {"auto", "tree", "star"}},
+      {.name = "HVD_ON_PEER_LOSS",
+       .type = ConfigType::kEnum,
+       .default_value = "exit",
+       .doc = "When a lost peer leaves this rank blocked in MPI: log the error, call the "
+              "program's hvd::set_peer_loss_handler if any, then exit (status 70), abort "
+              "(core dump) or none (stay blocked until the launcher ends the job).",
+       .choices = {"exit", "abort", "none"}},
+      {.name = "HVD_TERMINATE_HANDLER",
+       .type = ConfigType::kBool,
+       .default_value = "1",
+       .doc = "An uncaught hvd::Error ends the process with its message and exit status 1 "
+              "instead of abort()."},
+      // Test hooks (hidden: no hvdrun flag, not in docs/configuration.md; tests/README.md,
+      // "Test hooks"). runtime/test_hooks.h interprets them; a value for another rank, or one
+      // that does not parse as RANK:..., does nothing.
+      {.name = "HVD_TEST_PAUSE_BACKGROUND",
+       .doc = "RANK:SECONDS:CYCLE: that rank's background thread sleeps once, before that "
+              "cycle (tests/reliability/test_slow_rank.sh).",
+       .hidden = true},
+      {.name = "HVD_TEST_STOP_IN_OP",
+       .doc = "RANK:N: that rank's process stops (SIGSTOP) right before its N-th data-plane "
+              "batch (tests/reliability/test_lost_rank.sh).",
+       .hidden = true},
+      {.name = "HVD_TEST_FAKE_LOCAL_SIZE",
+       .type = ConfigType::kInt,
+       .default_value = "0",
+       .doc = "Split the world into fake nodes of N consecutive ranks (0: the real nodes; "
+              "tests/collectives/test_hierarchical.cc).",
+       .max = 1 << 20,
+       .hidden = true},
+      {.name = "HVD_TEST_OP_DELAY_US",
+       .type = ConfigType::kInt,
+       .default_value = "0",
+       .doc = "Every data-plane batch of every rank sleeps this many microseconds first: a fixed "
+              "cost per operation, which makes the best fusion threshold known by construction "
+              "(tests/tuning).",
+       .max = 10000000,
+       .hidden = true},
   };
   return registry;
 }
@@ -448,10 +396,19 @@ Config load_config(const EnvLookup& env) {
     auto [who, val] = raw(*find_config_var(n));
     return parse_bool(who, val);
   };
-  auto get_enum = [&](const char* n) {
+  // An enum setting: its value among the registry's choices, then the enum value in the same
+  // place of `values` (listed in the order of the choices).
+  auto get_enum = [&]<class E>(const char* n, std::initializer_list<E> values) {
     const ConfigVar& v = *find_config_var(n);
+    if (v.choices.size() != values.size())
+      throw InternalError(std::string(n) + ": the registry lists " +
+                          std::to_string(v.choices.size()) + " choices, the code " +
+                          std::to_string(values.size()) + ": please report this bug.");
     auto [who, val] = raw(v);
-    return parse_enum(who, val, v.choices);
+    const std::string choice = parse_enum(who, val, v.choices);
+    size_t i = 0;
+    while (v.choices[i] != choice) ++i;
+    return values.begin()[i];
   };
   auto get_string = [&](const char* n) { return raw(*find_config_var(n)).second; };
 
@@ -465,8 +422,9 @@ Config load_config(const EnvLookup& env) {
   c.wait_poll_us = get_int("HVD_WAIT_POLL_US");
   c.copy_threads = get_int("HVD_COPY_THREADS");
   c.hierarchical_allreduce = get_bool("HVD_HIERARCHICAL_ALLREDUCE");
-  c.gpu_operations = get_enum("HVD_GPU_OPERATIONS");
-  c.compression = get_enum("HVD_COMPRESSION");
+  c.gpu_operations = get_enum("HVD_GPU_OPERATIONS", {GpuOperations::kNccl, GpuOperations::kMpi});
+  c.compression =
+      get_enum("HVD_COMPRESSION", {Compression::kNone, Compression::kFp16, Compression::kBf16});
   c.deterministic = get_bool("HVD_DETERMINISTIC");
   c.async_completion = get_bool("HVD_ENABLE_ASYNC_COMPLETION");
   c.timeline_path = get_string("HVD_TIMELINE");
@@ -479,12 +437,20 @@ Config load_config(const EnvLookup& env) {
   c.autotune_log = get_string("HVD_AUTOTUNE_LOG");
   c.autotune_warmup_steps = get_int("HVD_AUTOTUNE_WARMUP_STEPS");
   c.autotune_steps_per_trial = get_int("HVD_AUTOTUNE_STEPS_PER_TRIAL");
-  c.log_level = get_enum("HVD_LOG_LEVEL");
+  c.log_level = get_enum("HVD_LOG_LEVEL", {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo,
+                                           LogLevel::kWarning, LogLevel::kError});
   c.start_timeout_seconds = get_double("HVD_START_TIMEOUT");
   c.peer_timeout_seconds = get_double("HVD_PEER_TIMEOUT_SECONDS");
-  c.on_peer_loss = get_enum("HVD_ON_PEER_LOSS");
-  c.control_topology = get_enum("HVD_CONTROL_TOPOLOGY");
+  c.on_peer_loss = get_enum("HVD_ON_PEER_LOSS",
+                            {PeerLossAction::kExit, PeerLossAction::kAbort, PeerLossAction::kNone});
+  c.control_topology = get_enum("HVD_CONTROL_TOPOLOGY",
+                                {ControlTopologySetting::kAuto, ControlTopologySetting::kTree,
+                                 ControlTopologySetting::kStar});
   c.terminate_handler = get_bool("HVD_TERMINATE_HANDLER");
+  c.test_pause_background = get_string("HVD_TEST_PAUSE_BACKGROUND");
+  c.test_stop_in_op = get_string("HVD_TEST_STOP_IN_OP");
+  c.test_fake_local_size = get_int("HVD_TEST_FAKE_LOCAL_SIZE");
+  c.test_op_delay_us = get_int("HVD_TEST_OP_DELAY_US");
   return c;
 }
 

@@ -13,15 +13,20 @@
 #include <string>
 #include <vector>
 
+#include "common/compression.h"
+#include "common/logging.h"
+
 namespace hvd {
 
 enum class ConfigType { kBool, kInt, kDouble, kString, kEnum };
 
+// One entry of the registry, written with designated initializers (config.cc); the fields left out
+// keep these defaults.
 struct ConfigVar {
-  const char* name;  // "HVD_FUSION_THRESHOLD"
-  ConfigType type;
-  const char* default_value;         // as the variable would be spelled: "67108864"
-  const char* doc;                   // one line
+  const char* name = "";  // "HVD_FUSION_THRESHOLD"
+  ConfigType type = ConfigType::kString;
+  const char* default_value = "";    // as the variable would be spelled: "67108864"
+  const char* doc = "";              // one line
   std::vector<std::string> choices;  // kEnum: the accepted values (case-insensitive)
   double min = 0;                    // kInt / kDouble: inclusive bounds
   double max = 0;
@@ -30,12 +35,30 @@ struct ConfigVar {
   const char* launcher_flag = "";
   double launcher_scale = 1;
   const char* launcher_doc = "";
+  // A test hook (HVD_TEST_*): parsed and validated like the others, but no setting of the
+  // product: hvdrun has no flag for it and docs/configuration.md need not list it
+  // (scripts/check-docs); tests/README.md describes the hooks.
+  bool hidden = false;
 };
 
 // Every variable, in documentation order.
 const std::vector<ConfigVar>& config_registry();
 // The entry for a name (HVD_ spelling), or nullptr.
 const ConfigVar* find_config_var(const std::string& name);
+
+// The settings with a fixed set of values, parsed once by load_config(). HVD_COMPRESSION is
+// common/compression.h's Compression and HVD_LOG_LEVEL common/logging.h's LogLevel.
+enum class GpuOperations { kNccl, kMpi };  // HVD_GPU_OPERATIONS: NCCL | MPI
+// HVD_ON_PEER_LOSS: exit | abort | none (comm/watchdog.h says what each does).
+enum class PeerLossAction { kExit, kAbort, kNone };
+// HVD_CONTROL_TOPOLOGY: auto | tree | star (comm/mpi_control_channel.h resolves auto by the size).
+enum class ControlTopologySetting { kAuto, kTree, kStar };
+
+// The registry's spelling of each value ("NCCL", "exit", "auto"; compression_name() and
+// log_level_name() for the other two).
+const char* to_string(GpuOperations v);
+const char* to_string(PeerLossAction v);
+const char* to_string(ControlTopologySetting v);
 
 // Typed, validated configuration.
 struct Config {
@@ -48,10 +71,10 @@ struct Config {
   int64_t cache_capacity = 1024;
   bool cached_lanes = true;  // HVD_CACHED_LANES (runtime/tensor_queue.h, "Lanes")
   bool hierarchical_allreduce = false;
-  std::string gpu_operations = "NCCL";  // NCCL | MPI
-  std::string compression = "none";     // none | fp16 | bf16 (ops/mpi/allreduce.cc)
-  bool deterministic = false;           // HVD_DETERMINISTIC (ops/mpi/allreduce.cc)
-  bool async_completion = false;        // HVD_ENABLE_ASYNC_COMPLETION (runtime/executor.cc)
+  GpuOperations gpu_operations = GpuOperations::kNccl;
+  Compression compression = Compression::kNone;  // ops/mpi/allreduce.cc
+  bool deterministic = false;                    // HVD_DETERMINISTIC (ops/mpi/allreduce.cc)
+  bool async_completion = false;  // HVD_ENABLE_ASYNC_COMPLETION (runtime/executor.cc)
   std::string timeline_path;
   bool timeline_mark_cycles = false;
   double stall_check_time_seconds = 60;
@@ -62,12 +85,17 @@ struct Config {
   std::string autotune_log;
   int64_t autotune_warmup_steps = 10;
   int64_t autotune_steps_per_trial = 10;
-  std::string log_level = "warning";  // trace | debug | info | warning | error
+  LogLevel log_level = LogLevel::kWarning;
   double start_timeout_seconds = 30;
   double peer_timeout_seconds = 30;
-  std::string on_peer_loss = "exit";      // exit | abort | none (comm/watchdog.h)
-  std::string control_topology = "auto";  // auto | tree | star (comm/mpi_control_channel.h)
-  bool terminate_handler = true;          // runtime/terminate_handler.h
+  PeerLossAction on_peer_loss = PeerLossAction::kExit;  // comm/watchdog.h
+  ControlTopologySetting control_topology = ControlTopologySetting::kAuto;
+  bool terminate_handler = true;  // runtime/terminate_handler.h
+  // The test hooks (hidden entries; runtime/test_hooks.h interprets them).
+  std::string test_pause_background;  // HVD_TEST_PAUSE_BACKGROUND=RANK:SECONDS:CYCLE
+  std::string test_stop_in_op;        // HVD_TEST_STOP_IN_OP=RANK:N
+  int64_t test_fake_local_size = 0;   // HVD_TEST_FAKE_LOCAL_SIZE=N
+  int64_t test_op_delay_us = 0;       // HVD_TEST_OP_DELAY_US=N
 };
 
 // Looks a variable up by its exact name; std::nullopt when unset.

@@ -13,6 +13,7 @@ namespace hvd {
 enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarning, kError };
 
 LogLevel parse_log_level(const std::string& name);  // "trace".."error"; throws on others
+const char* log_level_name(LogLevel level);         // "trace".."error" (HVD_LOG_LEVEL's spelling)
 void set_log_level(LogLevel level);
 LogLevel log_level();
 void set_log_rank(int rank);

@@ -56,7 +56,7 @@ EnvVars tuning_variables(const EnvVars& tuning) {
   EnvVars out;
   for (const auto& [name, value] : tuning) {
     const ConfigVar* v = find_config_var(name);
-    if (v == nullptr || *v->launcher_flag == '\0')
+    if (v == nullptr || v->hidden || *v->launcher_flag == '\0')
       throw InvalidArgumentError("internal: '" + name + "' is not a launcher tuning variable.");
     const std::string flag = flag_name(*v);
     const double scale = v->launcher_scale;

@@ -103,7 +103,7 @@ struct Descriptions {
         "Allow more ranks than slots (mpirun --oversubscribe, srun --overcommit).");
 
     for (const ConfigVar& v : config_registry()) {
-      if (*v.launcher_flag == '\0') continue;
+      if (v.hidden || *v.launcher_flag == '\0') continue;  // hidden: a test hook, no flag
       std::string doc = v.launcher_doc;
       doc += std::string(" Sets ") + v.name + ".";
       if (auto d = flag_default(v); !d.empty()) doc += " Default: " + d + ".";
@@ -242,7 +242,7 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     cl.min_np = static_cast<int>(parse_int("--min-np", str("min-np"), 1, 1 << 24));
 
   for (const ConfigVar& v : config_registry()) {
-    if (*v.launcher_flag == '\0') continue;
+    if (v.hidden || *v.launcher_flag == '\0') continue;
     if (v.type == ConfigType::kBool) {
       if (flag(v.launcher_flag)) cl.launch.tuning.emplace_back(v.name, "1");
     } else if (vm.count(v.launcher_flag)) {

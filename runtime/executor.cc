@@ -1,11 +1,11 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <csignal>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "common/dtype_math.h"
@@ -58,18 +58,6 @@ void fail_response(TensorQueue& queue, const Response& r, detail::ErrorKind kind
     if (auto e = queue.take(name)) e->handle->fail(kind, message);
 }
 
-// Test hook: HVD_TEST_STOP_IN_OP=RANK:N stops that rank's whole process (SIGSTOP) right before its
-// N-th data-plane batch (from 1): a rank frozen in the middle of a collective, as behind a dead
-// link, while its peers have entered it (tests/reliability/test_lost_rank.sh, mode "handler"). Read
-// once.
-long stop_at_batch_from_env(int rank) {
-  const char* v = std::getenv("HVD_TEST_STOP_IN_OP");
-  int r = -1;
-  long n = -1;
-  if (v && std::sscanf(v, "%d:%ld", &r, &n) == 2 && r == rank && n > 0) return n;
-  return -1;
-}
-
 // The timeline row of name n: n itself for the global set (no copy), else the set's prefix and n,
 // in *scratch.
 const std::string& row_of(const std::string& prefix, const std::string& n, std::string* scratch) {
@@ -105,7 +93,8 @@ struct Executor::Batch {
 };
 
 Executor::Executor(int rank, TensorQueue& queue, ops::OperationManager& ops, ops::GpuBackend& gpu,
-                   comm::Watchdog& watchdog, Timeline* timeline, std::string timeline_prefix)
+                   comm::Watchdog& watchdog, Timeline* timeline, std::string timeline_prefix,
+                   long stop_at_batch, int64_t op_delay_us)
     : queue_(queue),
       ops_(ops),
       gpu_(gpu),
@@ -113,7 +102,8 @@ Executor::Executor(int rank, TensorQueue& queue, ops::OperationManager& ops, ops
       timeline_(timeline),
       row_prefix_(std::move(timeline_prefix)),
       rank_(rank),
-      stop_at_batch_(stop_at_batch_from_env(rank)) {}
+      stop_at_batch_(stop_at_batch),
+      op_delay_us_(op_delay_us) {}
 
 void Executor::perform(const Response& r) {
   if (r.type == ResponseType::kError && r.names.size() == 1 && r.names[0] == kShutdownNotice) {
@@ -361,6 +351,7 @@ void Executor::execute(const Response& r, Batch& b) {
     ~OpDone() { w.op_finished(); }
   } op_done{watchdog_};
   if (++batches_ == stop_at_batch_) std::raise(SIGSTOP);
+  if (op_delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(op_delay_us_));
   if (stop_agreed_)
     for (auto& h : b.handles) h->stop_agreed = true;
   try {

@@ -32,8 +32,12 @@ class Executor {
   // `rank`: this rank in the process set. `timeline` may be null (no HVD_TIMELINE, or not rank 0).
   // Everything must outlive the executor.
   // `timeline_prefix` goes before every name in the timeline (a process set's rows).
+  // `stop_at_batch`: the test hook HVD_TEST_STOP_IN_OP (runtime/test_hooks.h): the process stops
+  // (SIGSTOP) right before this data-plane batch (from 1); -1: never. `op_delay_us`: the test hook
+  // HVD_TEST_OP_DELAY_US: every data-plane batch sleeps this long first (0: none).
   Executor(int rank, TensorQueue& queue, ops::OperationManager& ops, ops::GpuBackend& gpu,
-           comm::Watchdog& watchdog, Timeline* timeline, std::string timeline_prefix = "");
+           comm::Watchdog& watchdog, Timeline* timeline, std::string timeline_prefix = "",
+           long stop_at_batch = -1, int64_t op_delay_us = 0);
 
   // Runs one response (in the order the controller returned them; the same on every rank).
   // Throws CommunicationError after failing the batch's handles when the op lost its peers.
@@ -81,7 +85,8 @@ class Executor {
   std::vector<std::shared_ptr<detail::HandleState>> handles_spare_;
   std::vector<ops::OpEntry> entries_spare_;
   long batches_ = 0;         // data-plane batches run so far
-  long stop_at_batch_ = -1;  // test hook HVD_TEST_STOP_IN_OP (executor.cc)
+  long stop_at_batch_ = -1;  // test hook HVD_TEST_STOP_IN_OP (runtime/test_hooks.h)
+  int64_t op_delay_us_ = 0;  // test hook HVD_TEST_OP_DELAY_US
   bool stop_agreed_ = false;
 };
 

@@ -36,11 +36,11 @@ void ProcessSetState::start(const SetShared& shared) {
   if (!included()) return;
   const Config& config = *shared.config;
   const bool global = id() == 0;
-  mpi_->set_compression(parse_compression(config.compression));
+  mpi_->set_compression(config.compression);
   ops::OperationsOptions oo;
   oo.host_copies = shared.copy_workers;
   oo.hierarchical_allreduce = config.hierarchical_allreduce;
-  oo.nccl_fp16_compression = config.compression == "fp16";
+  oo.nccl_fp16_compression = config.compression == Compression::kFp16;
   oo.nccl = global;  // the GpuBackend's NCCL communicators span the world
   ops_ = ops::make_operations(*mpi_, *shared.fusion_buffer, *shared.gpu, oo);
 
@@ -78,11 +78,14 @@ void ProcessSetState::start(const SetShared& shared) {
   }
   controller_ = std::make_unique<Controller>(
       std::make_unique<comm::MpiControlChannel>(
-          mpi_->world(), comm::parse_control_topology(config.control_topology, size())),
+          mpi_->world(), comm::resolve_control_topology(config.control_topology, size())),
       co, queue_);
   if (rank() == 0) stall_ = std::make_unique<StallInspector>(shared.stall);
-  executor_ = std::make_unique<Executor>(rank(), queue_, ops_, *shared.gpu, *shared.watchdog,
-                                         shared.timeline, global ? "" : timeline_row(""));
+  executor_ =
+      std::make_unique<Executor>(rank(), queue_, ops_, *shared.gpu, *shared.watchdog,
+                                 shared.timeline, global ? "" : timeline_row(""),
+                                 shared.test_hooks ? shared.test_hooks->stop_batch_of(rank()) : -1,
+                                 shared.test_hooks ? shared.test_hooks->op_delay_us : 0);
 }
 
 int64_t ProcessSetState::next_exchange(int from, int to, int tag) {

@@ -37,6 +37,7 @@
 #include "runtime/executor.h"
 #include "runtime/stall_inspector.h"
 #include "runtime/tensor_queue.h"
+#include "runtime/test_hooks.h"
 #include "runtime/timeline.h"
 
 namespace hvd {
@@ -60,6 +61,7 @@ struct SetShared {
   Timeline* timeline = nullptr;        // rank 0's (HVD_TIMELINE); a set's rows: timeline_row()
   ControllerOptions controller;        // from the Config; each set adds its own ranks
   StallOptions stall;
+  const TestHooks* test_hooks = nullptr;  // the Runtime's (runtime/test_hooks.h)
 };
 
 class ProcessSetState {

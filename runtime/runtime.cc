@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 
 #include "cluster/env_resolver.h"
 #include "comm/mpi_control_channel.h"
@@ -22,31 +20,10 @@
 #include "runtime/spares.h"
 
 namespace hvd {
-namespace {
 
-// Test hook: HVD_TEST_PAUSE_BACKGROUND=RANK:SECONDS:CYCLE makes that rank's background thread sleep
-// once, before that cycle: a rank that is alive (its watchdog answers) but silent in the
-// negotiation, as on an overloaded node (tests/reliability/test_slow_rank.sh). Read once, before
-// the loop.
-struct TestPause {
-  long cycle = -1;  // -1: none for this rank
-  double seconds = 0;
-};
-
-TestPause test_pause_from_env(int rank) {
-  const char* v = std::getenv("HVD_TEST_PAUSE_BACKGROUND");
-  int r = -1;
-  TestPause p;
-  long at = 0;
-  if (v && std::sscanf(v, "%d:%lf:%ld", &r, &p.seconds, &at) == 3 && r == rank && p.seconds > 0)
-    p.cycle = at;
-  return p;
-}
-
-}  // namespace
-
-Runtime::Runtime(const Config& config, PeerLossHandler on_peer_loss) : config_(config) {
-  set_log_level(parse_log_level(config_.log_level));
+Runtime::Runtime(const Config& config, PeerLossHandler on_peer_loss)
+    : config_(config), test_hooks_(test_hooks_from_config(config_)) {
+  set_log_level(config_.log_level);
   deterministic_ = config_.deterministic;
   build_world();       // MPI and the global set's communicators (runtime/wiring.cc)
   build_operations();  // what every set's ops share
@@ -54,7 +31,7 @@ Runtime::Runtime(const Config& config, PeerLossHandler on_peer_loss) : config_(c
   world_->start(shared_);
   sets_ = std::make_unique<ProcessSetTable>(world_);
   world_->executor().on_process_set(
-      [this](const Response& r) { return sets_->apply(r, shared_, fake_local_size_); });
+      [this](const Response& r) { return sets_->apply(r, shared_, test_hooks_.fake_local_size); });
   wake_.poll_us.store(wait_poll_us(config_.wait_poll_us, topology().cores_per_rank),
                       std::memory_order_relaxed);
   thread_ = std::thread([this] { loop(); });
@@ -159,11 +136,12 @@ void Runtime::loop() {
   // was negotiated ~140 us after submission instead of ~90 with the default slack).
   precise_timed_waits();
   CyclePacer pacer(sets_->sets(), wake_, shutdown_requested_, *params_, topology().size == 1);
-  const TestPause pause = test_pause_from_env(topology().rank);
+  // Test hook HVD_TEST_PAUSE_BACKGROUND (runtime/test_hooks.h): -1 on every rank but the one named.
+  const long pause_cycle = test_hooks_.pause_cycle_of(topology().rank);
   try {
     for (long cycles = 0;; ++cycles) {
-      if (cycles == pause.cycle)
-        std::this_thread::sleep_for(std::chrono::duration<double>(pause.seconds));
+      if (cycles == pause_cycle)
+        std::this_thread::sleep_for(std::chrono::duration<double>(test_hooks_.pause_seconds));
       bool shutdown = false;
       bool worked = false;  // this cycle performed an operation: the job is active
       bool waited = false;  // a user thread was blocked on requests this cycle popped

@@ -38,6 +38,7 @@
 #include "runtime/stall_inspector.h"
 #include "runtime/straggler.h"
 #include "runtime/tensor_queue.h"
+#include "runtime/test_hooks.h"
 #include "runtime/timeline.h"
 
 namespace hvd {
@@ -112,10 +113,10 @@ class Runtime {
   // Built by the constructor and torn down by shutdown(), both on the user thread that runs
   // init()/shutdown(); in between used by the background thread, except where a comment says.
   Config config_;
+  TestHooks test_hooks_;  // HVD_TEST_* (runtime/test_hooks.h), read once from config_
   bool owns_mpi_ = false;
   bool thread_multiple_ = false;            // MPI provides MPI_THREAD_MULTIPLE
   bool finished_ = false;                   // shutdown() ran
-  int fake_local_size_ = 0;                 // HVD_TEST_FAKE_LOCAL_SIZE
   std::shared_ptr<ProcessSetState> world_;  // its communicators first: the rest is built on them
   ops::FusionBuffer fusion_buffer_;
   std::unique_ptr<ops::CopyWorkers> copy_workers_;  // before the sets' ops: they point to it

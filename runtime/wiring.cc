@@ -29,17 +29,11 @@ const char* thread_level_name(int level) {
   return "unknown";
 }
 
-int fake_local_size_from_env() {
-  // Test hook: split the world into fake nodes of N consecutive ranks (hierarchical tests).
-  const char* v = std::getenv("HVD_TEST_FAKE_LOCAL_SIZE");
-  return v ? std::atoi(v) : 0;
-}
-
-// Cross-checks the launcher's view (Open MPI, MPICH/PMI or SLURM variables) against MPI's.
-void check_placement(const comm::MpiTopology& t) {
+// Cross-checks the launcher's view (Open MPI, MPICH/PMI or SLURM variables) against MPI's; not on
+// fake nodes (the test hook HVD_TEST_FAKE_LOCAL_SIZE, `fake_local_size` > 0).
+void check_placement(const comm::MpiTopology& t, int fake_local_size) {
   try {
-    if (auto env = cluster::resolve_placement(process_env_lookup());
-        env && fake_local_size_from_env() == 0) {
+    if (auto env = cluster::resolve_placement(process_env_lookup()); env && fake_local_size == 0) {
       std::string mismatch =
           cluster::describe_mismatch(*env, t.rank, t.size, t.local_rank, t.local_size);
       if (!mismatch.empty()) HVD_LOG(Warning) << mismatch;
@@ -60,14 +54,13 @@ void Runtime::build_world() {
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   std::vector<int> everyone(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) everyone[static_cast<size_t>(r)] = r;
-  fake_local_size_ = fake_local_size_from_env();
   world_ = std::make_shared<ProcessSetState>(0, std::move(everyone), rank, MPI_COMM_WORLD,
-                                             fake_local_size_);
+                                             test_hooks_.fake_local_size);
   set_log_rank(rank);
   if (provided < MPI_THREAD_MULTIPLE)
     HVD_LOG(Warning) << "MPI provides " << thread_level_name(provided)
                      << ": do not make MPI calls on other threads while hvd is running.";
-  check_placement(topology());
+  check_placement(topology(), test_hooks_.fake_local_size);
 }
 
 int Runtime::init_mpi() {
@@ -110,17 +103,17 @@ void Runtime::build_operations() {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_LOR, world_->mpi().world()));
   ops::GpuBackendOptions go;
   go.device = gpu_.device;
-  go.use_nccl = config_.gpu_operations != "MPI" && !shared;
+  go.use_nccl = config_.gpu_operations != GpuOperations::kMpi && !shared;
   go.finalizer_poll_us = wait_poll_us(config_.wait_poll_us, topo.cores_per_rank,
                                       /*threads_per_rank=*/3);
   go.async_completion = config_.async_completion;
-  if (gpu_.device >= 0 && config_.gpu_operations != "MPI" && shared && topo.rank == 0)
+  if (gpu_.device >= 0 && config_.gpu_operations != GpuOperations::kMpi && shared && topo.rank == 0)
     HVD_LOG(Warning)
         << "several ranks share a GPU: CUDA tensors go through host-staged MPI instead of NCCL.";
   gpu_backend_ = std::make_unique<ops::GpuBackend>(world_->mpi(), go);
 #if HVD_HAVE_NCCL
   // The NCCL path compresses fp16 only, so its CUDA tensors stay uncompressed under bf16.
-  if (parse_compression(config_.compression) == Compression::kBf16 && topo.rank == 0 &&
+  if (config_.compression == Compression::kBf16 && topo.rank == 0 &&
       ops::GpuBackend::visible_devices() > 0)
     HVD_LOG(Warning)
         << "HVD_COMPRESSION=bf16: CUDA tensors reduced by NCCL are not compressed (the NCCL path "
@@ -186,7 +179,7 @@ void Runtime::build_controller(PeerLossHandler on_peer_loss) {
     };
   comm::WatchdogOptions wo;
   wo.peer_timeout_seconds = config_.peer_timeout_seconds;
-  wo.action = comm::parse_peer_loss_action(config_.on_peer_loss);
+  wo.action = config_.on_peer_loss;
   wo.handler = std::move(on_peer_loss);
   watchdog_ = std::make_unique<comm::Watchdog>(world_->mpi().world(), topology().rank,
                                                topology().size, thread_multiple_, wo);
@@ -204,6 +197,7 @@ void Runtime::build_controller(PeerLossHandler on_peer_loss) {
   shared_.timeline = timeline_.get();
   shared_.controller = std::move(co);
   shared_.stall = so;
+  shared_.test_hooks = &test_hooks_;
   const auto& topo = topology();
   HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local "
                  << topo.local_rank << "/" << topo.local_size << ", cross " << topo.cross_rank

@@ -43,11 +43,13 @@ void check_config(const hvd::Config& c) {
   check_range("HVD_FUSION_THRESHOLD", static_cast<double>(c.fusion_threshold_bytes));
   check_range("HVD_CYCLE_TIME", c.cycle_time_ms);
   check_range("HVD_CACHE_CAPACITY", static_cast<double>(c.cache_capacity));
-  check_choice("HVD_GPU_OPERATIONS", c.gpu_operations);
-  check_choice("HVD_COMPRESSION", c.compression);
+  check_choice("HVD_GPU_OPERATIONS", hvd::to_string(c.gpu_operations));
+  check_choice("HVD_COMPRESSION", hvd::compression_name(c.compression));
   check_range("HVD_STALL_CHECK_TIME_SECONDS", c.stall_check_time_seconds);
   check_range("HVD_STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_time_seconds);
-  check_choice("HVD_LOG_LEVEL", c.log_level);
+  check_choice("HVD_LOG_LEVEL", hvd::log_level_name(c.log_level));
+  check_choice("HVD_ON_PEER_LOSS", hvd::to_string(c.on_peer_loss));
+  check_choice("HVD_CONTROL_TOPOLOGY", hvd::to_string(c.control_topology));
   check_range("HVD_START_TIMEOUT", c.start_timeout_seconds);
   check_range("HVD_PEER_TIMEOUT_SECONDS", c.peer_timeout_seconds);
 }

@@ -102,9 +102,17 @@ TEST(ControlTopology, ParsesTreeAndStarInAnyCase) {
 
 TEST(ControlTopology, ConfigDefaultsToAutoAndRejectsOtherValues) {
   const auto env = hvdtest::fake_env;
-  EXPECT_EQ(load_config(env({})).control_topology, "auto");
-  EXPECT_EQ(load_config(env({{"HVD_CONTROL_TOPOLOGY", "Star"}})).control_topology, "star");
-  EXPECT_EQ(load_config(env({{"HOROVOD_CONTROL_TOPOLOGY", "tree"}})).control_topology, "tree");
+  EXPECT_EQ(load_config(env({})).control_topology, ControlTopologySetting::kAuto);
+  EXPECT_EQ(load_config(env({{"HVD_CONTROL_TOPOLOGY", "Star"}})).control_topology,
+            ControlTopologySetting::kStar);
+  EXPECT_EQ(load_config(env({{"HOROVOD_CONTROL_TOPOLOGY", "tree"}})).control_topology,
+            ControlTopologySetting::kTree);
+  EXPECT_EQ(resolve_control_topology(ControlTopologySetting::kAuto, kAutoTreeFromRanks - 1),
+            ControlTopology::kStar);
+  EXPECT_EQ(resolve_control_topology(ControlTopologySetting::kAuto, kAutoTreeFromRanks),
+            ControlTopology::kTree);
+  EXPECT_EQ(resolve_control_topology(ControlTopologySetting::kStar, 16384), ControlTopology::kStar);
+  EXPECT_EQ(resolve_control_topology(ControlTopologySetting::kTree, 2), ControlTopology::kTree);
   try {
     load_config(env({{"HVD_CONTROL_TOPOLOGY", "ring"}}));
     ADD_FAILURE() << "'ring' was accepted";
