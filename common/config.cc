@@ -238,10 +238,16 @@ const std::vector<ConfigVar>& config_registry() {
       {.name = "HVD_AUTOTUNE_STEPS_PER_TRIAL",
        .type = ConfigType::kInt,
        .default_value = "10",
-       .doc = "Steps timed per autotune trial (after one step for the settings to take effect); "
-              "the trial's score is their mean.",
+       .doc = "Steps an autotune trial times at least (after one step for the settings to take "
+              "effect); the trial's score is their mean.",
        .min = 1,
        .max = 1000000},
+      {.name = "HVD_AUTOTUNE_TRIAL_SECONDS",
+       .type = ConfigType::kDouble,
+       .default_value = "1",
+       .doc = "Seconds an autotune trial times at least (jobs of short steps time more of them: "
+              "one burst of other work weighs less).",
+       .max = 3600},
       {.name = "HVD_LOG_LEVEL",
        .type = ConfigType::kEnum,
        .default_value = "warning",
@@ -437,6 +443,7 @@ Config load_config(const EnvLookup& env) {
   c.autotune_log = get_string("HVD_AUTOTUNE_LOG");
   c.autotune_warmup_steps = get_int("HVD_AUTOTUNE_WARMUP_STEPS");
   c.autotune_steps_per_trial = get_int("HVD_AUTOTUNE_STEPS_PER_TRIAL");
+  c.autotune_trial_seconds = get_double("HVD_AUTOTUNE_TRIAL_SECONDS");
   c.log_level = get_enum("HVD_LOG_LEVEL", {LogLevel::kTrace, LogLevel::kDebug, LogLevel::kInfo,
                                            LogLevel::kWarning, LogLevel::kError});
   c.start_timeout_seconds = get_double("HVD_START_TIMEOUT");

@@ -85,6 +85,7 @@ struct Config {
   std::string autotune_log;
   int64_t autotune_warmup_steps = 10;
   int64_t autotune_steps_per_trial = 10;
+  double autotune_trial_seconds = 1;
   LogLevel log_level = LogLevel::kWarning;
   double start_timeout_seconds = 30;
   double peer_timeout_seconds = 30;

@@ -177,7 +177,14 @@ void AutotuneSearch::decide() {
   winner_ = 0;
   if (candidate_ <= 0) return;
   const double start = mean_step(start_), best = mean_step(values(candidate_));
-  if (start >= 0 && best >= 0 && best * (1 + keep_margin_) < start) winner_ = candidate_;
+  // The confirmation's pairs: (start, best), (start, best), the last four trials.
+  bool every_pair = trials_.size() >= 4;
+  for (size_t i = trials_.size() - std::min<size_t>(trials_.size(), 4); i + 1 < trials_.size();
+       i += 2)
+    every_pair = every_pair && trials_[i + 1].step_ms < trials_[i].step_ms;
+  confirmed_ = every_pair;
+  if (every_pair && start >= 0 && best >= 0 && best * (1 + keep_margin_) < start)
+    winner_ = candidate_;
 }
 
 std::string AutotuneSearch::explanation() const {
@@ -198,7 +205,11 @@ std::string AutotuneSearch::explanation() const {
                            varied_value(trials_[candidate_]) + ") took " + ms_text(best) +
                            " a step over " + times(n_best) + ", the starting settings " +
                            ms_text(start) + " over " + times(n_start);
-    if (winner_ == 0) {
+    if (winner_ == 0 && !confirmed_) {
+      s = "The fastest, " + vs +
+          ", was slower than the starting settings in a pair of the "
+          "confirmation: a lucky draw of the noise, so the starting settings stay.";
+    } else if (winner_ == 0) {
       s = "The fastest, " + vs + ": within " + number_text(keep_margin_ * 100) +
           " %, under the noise, so the starting settings stay.";
     } else {
@@ -236,13 +247,16 @@ std::string AutotuneSearch::explanation() const {
 Autotuner::Autotuner(const AutotuneOptions& options, Parameters& params)
     : options_(options), params_(params), search_(params.values()) {
   options_.warmup_steps = std::max(options_.warmup_steps, 0);
-  options_.steps_per_trial = std::max(options_.steps_per_trial, 1);
+  options_.steps_per_trial =
+      static_cast<int>(std::clamp<int64_t>(options_.steps_per_trial, 1, autotune::kMaxSteps));
+  options_.trial_seconds = std::max(options_.trial_seconds, 0.0);
   if (options_.rank == 0)
     std::fprintf(stderr,
-                 "hvd autotune: on; %d warm-up steps, then up to %d trials of %d steps each "
-                 "(HVD_AUTOTUNE_WARMUP_STEPS, HVD_AUTOTUNE_STEPS_PER_TRIAL), starting from %s\n",
+                 "hvd autotune: on; %d warm-up steps, then up to %d trials of at least %d steps "
+                 "and %g s each (HVD_AUTOTUNE_WARMUP_STEPS, HVD_AUTOTUNE_STEPS_PER_TRIAL, "
+                 "HVD_AUTOTUNE_TRIAL_SECONDS), starting from %s\n",
                  options_.warmup_steps, search_.planned(), options_.steps_per_trial,
-                 params.values().settings().c_str());
+                 options_.trial_seconds, params.values().settings().c_str());
 }
 
 void Autotuner::encode(uint64_t* words) {
@@ -257,7 +271,8 @@ void Autotuner::decode(const uint64_t* words) {
   if (w == autotune::kNothing) return;
   if (w != autotune::kStart) {
     std::lock_guard<std::mutex> lock(mu_);
-    search_.measured(static_cast<double>(w - 1) / 1e6, options_.steps_per_trial);
+    const uint64_t ns = (w & ((uint64_t{1} << autotune::kStepShift) - 1)) - 1;
+    search_.measured(static_cast<double>(ns) / 1e6, static_cast<int>(w >> autotune::kStepShift));
   }
   if (w != autotune::kStart && options_.rank == 0)
     log_trial(static_cast<int>(search_.trials().size()) - 1);
@@ -305,10 +320,15 @@ void Autotuner::cycle_done(bool step, clock::time_point now) {
         timed_steps_ = 0;
         return;
       }
-      if (++timed_steps_ >= options_.steps_per_trial) {
+      ++timed_steps_;
+      if (timed_steps_ >= options_.steps_per_trial &&
+          (now - trial_begin_ >= std::chrono::duration<double>(options_.trial_seconds) ||
+           static_cast<uint64_t>(timed_steps_) >= autotune::kMaxSteps)) {
         const double mean =
             std::chrono::duration<double, std::nano>(now - trial_begin_).count() / timed_steps_;
-        verdict_ = 1 + static_cast<uint64_t>(std::llround(std::max(mean, 0.0)));
+        const uint64_t ns = std::min<uint64_t>(
+            static_cast<uint64_t>(std::llround(std::max(mean, 0.0))), autotune::kMaxNs);
+        verdict_ = static_cast<uint64_t>(timed_steps_) << autotune::kStepShift | (ns + 1);
         stage_ = Stage::kWaitingVerdict;
       }
       return;

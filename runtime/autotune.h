@@ -72,8 +72,9 @@ class AutotuneSearch {
   std::vector<int64_t> thresholds_;
   std::vector<double> cycles_, windows_;
   Phase phase_ = Phase::kStart;
-  size_t index_ = 0;    // the next candidate of the phase
-  int candidate_ = -1;  // kConfirm: the best trial, measured again against the start
+  size_t index_ = 0;        // the next candidate of the phase
+  int candidate_ = -1;      // kConfirm: the best trial, measured again against the start
+  bool confirmed_ = false;  // the candidate beat the start in both confirmation pairs
   std::vector<TuningTrial> trials_;
   bool over_ = false;
   int winner_ = -1;
@@ -82,7 +83,8 @@ class AutotuneSearch {
 struct AutotuneOptions {
   int rank = 0;
   int warmup_steps = 10;     // HVD_AUTOTUNE_WARMUP_STEPS
-  int steps_per_trial = 10;  // HVD_AUTOTUNE_STEPS_PER_TRIAL
+  int steps_per_trial = 10;  // HVD_AUTOTUNE_STEPS_PER_TRIAL: at least these steps,
+  double trial_seconds = 1;  // HVD_AUTOTUNE_TRIAL_SECONDS: and at least this long
   std::string log_path;      // HVD_AUTOTUNE_LOG (rank 0 writes it; empty: none)
 };
 
@@ -90,6 +92,10 @@ namespace autotune {
 inline constexpr size_t kWords = 1;
 inline constexpr uint64_t kNothing = ~uint64_t{0};
 inline constexpr uint64_t kStart = 0;
+// A verdict: the trial's steps in the top 20 bits, 1 + its mean step in ns in the low 44 (4.8 h).
+inline constexpr int kStepShift = 44;
+inline constexpr uint64_t kMaxSteps = (uint64_t{1} << (64 - kStepShift)) - 2;
+inline constexpr uint64_t kMaxNs = (uint64_t{1} << kStepShift) - 2;
 }  // namespace autotune
 
 class Autotuner {

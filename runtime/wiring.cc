@@ -151,6 +151,7 @@ void Runtime::build_controller(PeerLossHandler on_peer_loss) {
     ao.rank = topology().rank;
     ao.warmup_steps = static_cast<int>(config_.autotune_warmup_steps);
     ao.steps_per_trial = static_cast<int>(config_.autotune_steps_per_trial);
+    ao.trial_seconds = config_.autotune_trial_seconds;
     ao.log_path = config_.autotune_log;
     tuner_ = std::make_shared<Autotuner>(ao, *params_);
     co.tuner = tuner_;

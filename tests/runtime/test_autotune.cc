@@ -77,7 +77,30 @@ TEST(AutotuneSearch, KeepsTheStartWhenNothingBeatsItBeyondTheMargin) {
   AutotuneSearch s = run_search(defaults(), cost);
   EXPECT_EQ(s.winner(), 0);
   EXPECT_EQ(s.values(s.winner()), defaults());
-  EXPECT_NE(s.explanation().find("under the noise"), std::string::npos) << s.explanation();
+  EXPECT_NE(s.explanation().find("the starting settings stay"), std::string::npos)
+      << s.explanation();
+}
+
+TEST(AutotuneSearch, ACandidateMustWinEveryPairOfTheConfirmation) {
+  // 1 MiB is far faster in the search and on average, but slower than the start once in the
+  // confirmation: a lucky draw, and the start stays.
+  const int64_t mib = 1 << 20;
+  int candidate_runs = 0;
+  ParameterValues candidate = defaults();
+  candidate.fusion_threshold_bytes = mib;
+  auto cost = [&](const ParameterValues& v) {
+    if (!(v == candidate)) return 10.0;
+    return ++candidate_runs == 2 ? 12.0 : 2.0;
+  };
+  AutotuneSearch s = run_search(defaults(), cost);
+  EXPECT_EQ(candidate_runs, 3);
+  EXPECT_EQ(s.winner(), 0);
+  EXPECT_NE(s.explanation().find("lucky draw"), std::string::npos) << s.explanation();
+  // Without that lost pair it wins.
+  candidate_runs = 10;
+  AutotuneSearch t = run_search(defaults(), cost);
+  EXPECT_EQ(t.values(t.winner()).fusion_threshold_bytes, mib);
+  EXPECT_NE(t.explanation().find("so it wins"), std::string::npos) << t.explanation();
 }
 
 TEST(AutotuneSearch, TheSameInputsGiveTheSameTrialsOnEveryRank) {
@@ -107,6 +130,7 @@ void agree_on(int n) {
         ao.rank = r;
         ao.warmup_steps = 2;
         ao.steps_per_trial = 2;
+        ao.trial_seconds = 0;
         auto tuner = std::make_shared<Autotuner>(ao, *params);
         ControllerOptions o = controller_test::test_options();
         o.params = params;
