@@ -8,7 +8,7 @@
 // same negotiation cycle (rank 0 measures the step time and the negotiation carries its verdict),
 // the best by measured step time is kept if it beats the starting settings beyond the noise, and
 // rank 0 logs each trial, why the winner won, and the winner as a line of HVD_* settings to pin.
-// tuning_report() returns the same on every rank once the search is over.
+// tuning_report() returns the same on every rank once the search is over (see below).
 
 #include <cstdint>
 #include <string>
@@ -45,7 +45,10 @@ struct TuningReport {
   std::string explanation;          // once done: why the winner won, in a sentence or two
 };
 
-// This rank's view; any thread; throws hvd::Error before init().
+// This rank's view; any thread; throws hvd::Error before init(). The search ends at one
+// negotiation cycle, the same on every rank, but each thread sees it at its next call: ranks that
+// call this at the same step may differ around that cycle. A program that branches on `done`
+// agrees first (e.g. an all-reduce of the flag with ReduceOp::kMin, as tests/tuning does).
 TuningReport tuning_report();
 
 }  // namespace hvd

@@ -74,7 +74,11 @@ int main(int argc, char** argv) {
           break;
         }
       }
-    if (done_at < 0 && hvd::tuning_report().done) done_at = steps;
+    // The search ends at one negotiation cycle on every rank, but each user thread sees it at its
+    // own next call: the ranks agree on the step through an all-reduce.
+    std::vector<int> over{hvd::tuning_report().done ? 1 : 0};
+    hvd::allreduce(over, "autotune.over", hvd::ReduceOp::kMin);
+    if (done_at < 0 && over[0] == 1) done_at = steps;
     if (done_at >= 0 && steps >= done_at + 5) break;
     if (size == 1 && steps >= 10) break;
   }
