@@ -39,6 +39,7 @@ Controller::Controller(std::unique_ptr<comm::ControlChannel> channel,
       patience_(
           static_cast<int64_t>(std::clamp(options.fast_path_patience_seconds, 0.0, 1e9) * 1e9)),
       coordinator_(size_, options.global_ranks) {
+  if (!options_.params) options_.params = std::make_shared<const Parameters>(ParameterValues{});
   measure_ = options_.straggler && size_ > 1 && size_ <= straggler::kMaxRanks;
   if (measure_) channel_->set_max_words(straggler::kWords);
 }

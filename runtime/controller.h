@@ -62,9 +62,8 @@ namespace hvd {
 
 struct ControllerOptions {
   // The live parameters (runtime/parameters.h), of which this controller reads the fusion
-  // threshold every cycle; null: fusion_threshold_bytes, fixed.
+  // threshold every cycle; null: the defaults (ParameterValues{}), its own.
   std::shared_ptr<const Parameters> params;
-  int64_t fusion_threshold_bytes = 64 << 20;
   // HVD_AUTOTUNE (runtime/autotune.h): the search's verdicts travel in this channel's control
   // vector while it runs, and the fast path finds the step marker on rank 0. The global set only;
   // null: none. Every rank of the channel must agree.
@@ -223,10 +222,7 @@ class Controller {
   int64_t marker_pos_ = -1;
   std::string marker_name_;
   bool marker_seen_ = false;
-  int64_t threshold() const {
-    return options_.params ? options_.params->fusion_threshold_bytes()
-                           : options_.fusion_threshold_bytes;
-  }
+  int64_t threshold() const { return options_.params->fusion_threshold_bytes(); }
 
   Coordinator coordinator_;  // rank 0's message table (unused on the other ranks)
 };

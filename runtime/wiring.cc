@@ -140,7 +140,6 @@ void Runtime::build_controller(PeerLossHandler on_peer_loss) {
   co.fast_path_patience_seconds = StallInspector(so).fast_path_patience_seconds();
   if (topology().rank == 0 && !config_.timeline_path.empty())
     timeline_ = std::make_unique<Timeline>(config_.timeline_path, config_.timeline_mark_cycles);
-  co.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   params_ = std::make_shared<Parameters>(
       ParameterValues{.fusion_threshold_bytes = config_.fusion_threshold_bytes,
                       .cycle_time_ms = config_.cycle_time_ms,
