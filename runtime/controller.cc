@@ -16,7 +16,9 @@ namespace {
 constexpr uint64_t kNoShutdown = 1;
 constexpr uint64_t kNoUncached = 2;
 constexpr uint64_t kNoJoined = 4;
-constexpr uint64_t kNoStop = 8;  // hvd::request_stop() on no rank (hvd/stop.h)
+constexpr uint64_t kNoStop = 8;    // hvd::request_stop() on no rank (hvd/stop.h)
+constexpr uint64_t kNoLeave = 16;  // no rank asks to end its set's run (runtime/process_set.h)
+constexpr uint64_t kNoMore = 32;   // no rank took new requests this cycle
 
 // The `why` of a lost-rank message.
 std::string no_word(size_t ranks, double seconds) {
@@ -100,6 +102,7 @@ void Controller::take_requests() {
   sync_lanes();
   popped_lanes_.clear();
   queue_.pop_requests(&fresh, &popped_lanes_);
+  took_ = !fresh.empty() || !popped_lanes_.empty();
   // A group is negotiated as a whole: rank 0 releases it when every member is there. If some
   // members were served from the cache while others (reshaped, say) went to rank 0, the group would
   // wait for members that had already run, on every rank, forever. So a group takes the fast path
@@ -237,6 +240,8 @@ std::vector<uint64_t> Controller::local_bits(const CycleFlags& mine) {
   if (!mine.stop) flags |= kNoStop;
   if (uncached_.empty() && !joined_ && !coordinator_.has_notices()) flags |= kNoUncached;
   if (!joined_) flags |= kNoJoined;
+  if (!mine.leave) flags |= kNoLeave;
+  if (!took_) flags |= kNoMore;
   bits[0] = flags;
   if (!joined_)
     for (size_t w = 0; w < pending_bits_.size() && w < cache_words_; ++w)
@@ -258,6 +263,8 @@ std::vector<Response> Controller::cycle(const CycleFlags& mine, CycleFlags* any)
   exchange_bits(bits);
   any->shutdown = !(bits[0] & kNoShutdown);
   any->stop = !(bits[0] & kNoStop);
+  any->leave = !(bits[0] & kNoLeave);
+  any->more = !(bits[0] & kNoMore);
   const bool any_uncached = !(bits[0] & kNoUncached);
   const bool any_joined = !(bits[0] & kNoJoined);
   if (measure_pending_) {

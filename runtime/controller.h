@@ -107,6 +107,10 @@ class Controller {
   struct CycleFlags {
     bool shutdown = false;  // hvd::shutdown(): every rank stops after this cycle's responses
     bool stop = false;      // hvd::request_stop(): the training loop stops at an agreed step
+    // A process set's run of cycles (ProcessSetTable::cycle, runtime/process_set.h): `leave` ends
+    // the run after this cycle. `more` is an answer only: a rank took new requests this cycle.
+    bool leave = false;
+    bool more = false;
   };
   // Runs one cycle with this rank's flags `mine`; *any receives whether any rank set each.
   std::vector<Response> cycle(const CycleFlags& mine, CycleFlags* any);
@@ -161,6 +165,7 @@ class Controller {
   std::chrono::nanoseconds patience_;  // options_.fast_path_patience_seconds, for the pending hits
 
   bool joined_ = false;
+  bool took_ = false;  // take_requests() took new requests this cycle (CycleFlags::more)
   // The requests waiting for the AND, by cache position (flat tables: a cycle of 1000 cached
   // gradients allocates nothing here); pending_bits_ marks the positions that hold one. Kept as
   // separate arrays: the per-hit work of every cycle (the patience check, the fast path) reads the

@@ -38,6 +38,20 @@ void CyclePacer::pace(bool waited, bool worked) {
   wait_for_work(clock::now() + cycle_, worked);
 }
 
+// A run's waits look at its set's queue only, and end by the end of the run: the other sets' work
+// waits for the run to end (at most run_budget(); their submissions make this rank vote to end it
+// at its next cycle).
+void CyclePacer::pace_in_run(const ProcessSetState& set, bool waited, bool worked,
+                             clock::time_point until) {
+  only_ = &set;
+  if (!next_cycle_now(waited)) {
+    cycle_ = params_.cycle();
+    window_ = params_.fusion_window();
+    wait_for_work(std::min(clock::now() + cycle_, until), worked);
+  }
+  only_ = nullptr;
+}
+
 bool CyclePacer::next_cycle_now(bool waited) const {
   return ((waited || wake_.cycle_wanted()) && holds_only_popped()) || wake_.report_wanted();
 }
@@ -110,6 +124,7 @@ void CyclePacer::wait_for_work(std::chrono::steady_clock::time_point next_cycle,
 }
 
 TensorQueue::Waiting CyclePacer::waiting() const {
+  if (only_) return only_->queue().waiting();
   if (sets_.size() == 1) return sets_[0]->queue().waiting();
   TensorQueue::Waiting all;
   for (const auto& set : sets_) {
@@ -128,6 +143,7 @@ TensorQueue::Waiting CyclePacer::waiting() const {
 }
 
 bool CyclePacer::holds_only_popped() const {
+  if (only_) return only_->queue().holds_only_popped();
   if (sets_.size() == 1) return sets_[0]->queue().holds_only_popped();
   bool any = false;
   for (const auto& set : sets_) {
@@ -139,6 +155,7 @@ bool CyclePacer::holds_only_popped() const {
 }
 
 size_t CyclePacer::queued() const {
+  if (only_) return only_->queue().size();
   size_t n = 0;
   for (const auto& set : sets_)
     if (set && set->included()) n += set->queue().size();

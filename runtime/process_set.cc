@@ -7,6 +7,7 @@
 #include "common/ranks.h"
 #include "hvd/error.h"
 #include "ops/backends.h"
+#include "runtime/cycle_pacer.h"
 #include "runtime/group_unit.h"
 #include "runtime/spares.h"
 
@@ -213,40 +214,83 @@ bool ProcessSetTable::check_stalls() {
 // sets' cycles of this loop, which no rank then runs) and the stop request, which marks every set's
 // handles from this cycle on (hvd/stop.h). A set added by the global set's responses is cycled in
 // this same loop on all its members; one removed there, by none.
-bool ProcessSetTable::cycle(const Controller::CycleFlags& flags, Timeline* timeline, bool* worked) {
+//
+// With `runs`, a set other than the global one goes on cycling by itself, in a run, while its
+// cycles release operations or take new requests on some member, until a member asks to leave:
+// its run has lasted the cycle time, another of its sets (the global one included) has requests
+// waiting, or the runtime is shutting down. Every member sees the same flags after each cycle's
+// AND, so all make the same number of cycles, and the order of the loop stays the same on every
+// rank (no two ranks can wait for each other across sets: a rank waits only for members that are
+// at this set or at an earlier one of the same loop). Without runs, the global set's cycle, which
+// pairs with every rank, paced every set's: with one rank idle outside a set of 2 ranks, each of
+// the set's cycles waited up to HVD_CYCLE_TIME for the idle rank's next global cycle (a 4-byte
+// all-reduce on the set took 1.05 ms against 5.3 us for MPI; docs/benchmarks.md).
+bool ProcessSetTable::cycle(const Controller::CycleFlags& flags, Timeline* timeline, bool* worked,
+                            CyclePacer* runs) {
   const Sets& sets = sets_;
   for (size_t id = 0; id < sets.size(); ++id) {
     ProcessSetState* set = sets[id].get();
     if (set == nullptr || !set->included()) continue;
-    const bool global = id == 0;
-    Controller::CycleFlags mine, any;
-    if (global) mine = flags;
-    std::vector<Response> responses = set->controller().cycle(mine, &any);
-    if (global && any.stop)  // marks this cycle's handles on (hvd/stop.h)
-      for (const auto& s : sets_)
-        if (s && s->included()) s->executor().stop_agreed();
-    if (timeline) {
-      if (global) timeline->mark_cycle();
-      for (const auto& r : responses)
-        for (const auto& n : r.names) {
-          const std::string row = global ? std::string() : set->timeline_row(n);
-          timeline->end(global ? n : row, "NEGOTIATE");
-          timeline->begin(global ? n : row, "QUEUE");
-        }
+    if (id == 0) {
+      Controller::CycleFlags any;
+      const bool released = cycle_once(*set, flags, &any, timeline);
+      *worked = *worked || released;
+      if (any.stop)  // marks this cycle's handles on (hvd/stop.h)
+        for (const auto& s : sets_)
+          if (s && s->included()) s->executor().stop_agreed();
+      if (any.shutdown) return true;
+      continue;
     }
-    for (const auto& r : responses) set->executor().perform(r);
-    // (perform() may have added or removed sets: `set` is still alive, sets[id] may be null.)
-    if (sets[id]) set->controller().sync_lanes();
-    *worked = *worked || !responses.empty();
-    // The names and shapes the requests brought, for the next submissions (runtime/spares.h).
-    // A response whose members all came through lanes has none (its names and shapes are empty
-    // placeholders: Response::lanes).
-    for (auto& r : responses)
-      if (r.lanes.empty() || std::find(r.lanes.begin(), r.lanes.end(), kNoLane) != r.lanes.end())
-        detail::Spares::give(&r.names, &r.shapes);
-    if (global && any.shutdown) return true;
+    const auto until = runs ? std::chrono::steady_clock::now() + runs->run_budget()
+                            : std::chrono::steady_clock::time_point{};
+    bool waited = false, released = false;
+    for (bool first = true;; first = false) {
+      if (!first) {
+        runs->pace_in_run(*set, waited, released, until);
+        waited = runs->run_cycle_starts();
+      }
+      Controller::CycleFlags mine, any;
+      mine.leave = runs == nullptr || runs->stopping() ||
+                   std::chrono::steady_clock::now() >= until || others_waiting(id);
+      released = cycle_once(*set, mine, &any, timeline);
+      *worked = *worked || released;
+      if (any.leave || !(any.more || released) || !sets[id]) break;
+    }
   }
   return false;
+}
+
+bool ProcessSetTable::others_waiting(size_t id) const {
+  for (size_t i = 0; i < sets_.size(); ++i)
+    if (i != id && sets_[i] && sets_[i]->included() && sets_[i]->queue().waiting().any) return true;
+  return false;
+}
+
+// One cycle of `set` and its responses; returns whether it released any.
+bool ProcessSetTable::cycle_once(ProcessSetState& set, const Controller::CycleFlags& mine,
+                                 Controller::CycleFlags* any, Timeline* timeline) {
+  const bool global = set.id() == 0;
+  std::vector<Response> responses = set.controller().cycle(mine, any);
+  if (timeline) {
+    if (global) timeline->mark_cycle();
+    for (const auto& r : responses)
+      for (const auto& n : r.names) {
+        const std::string row = global ? std::string() : set.timeline_row(n);
+        timeline->end(global ? n : row, "NEGOTIATE");
+        timeline->begin(global ? n : row, "QUEUE");
+      }
+  }
+  for (const auto& r : responses) set.executor().perform(r);
+  // (perform() may have added or removed sets: `set` is still alive, its slot may be null.)
+  const size_t id = static_cast<size_t>(set.id());
+  if (sets_[id]) set.controller().sync_lanes();
+  // The names and shapes the requests brought, for the next submissions (runtime/spares.h).
+  // A response whose members all came through lanes has none (its names and shapes are empty
+  // placeholders: Response::lanes).
+  for (auto& r : responses)
+    if (r.lanes.empty() || std::find(r.lanes.begin(), r.lanes.end(), kNoLane) != r.lanes.end())
+      detail::Spares::give(&r.names, &r.shapes);
+  return !responses.empty();
 }
 
 }  // namespace hvd

@@ -42,6 +42,8 @@
 
 namespace hvd {
 
+class CyclePacer;
+
 namespace detail {
 // What hvd::ProcessSet shows (include/hvd/process_set.h); immutable.
 struct ProcessSetInfo {
@@ -149,14 +151,21 @@ class ProcessSetTable {
   int apply(const Response& r, const SetShared& shared, int fake_local_size);
 
   // Background thread: one cycle of every set this rank is a member of, in id order; the global
-  // set's cycle carries `flags` (runtime/runtime.cc). Returns whether the ranks agreed to shut
-  // down; *worked: whether an operation ran. `timeline`: rank 0's, or null.
-  bool cycle(const Controller::CycleFlags& flags, Timeline* timeline, bool* worked);
+  // set's cycle carries `flags` (runtime/runtime.cc). With `runs` (the background thread's pacer),
+  // a set other than the global one runs on by itself while it is busy (process_set.cc). Returns
+  // whether the ranks agreed to shut down; *worked: whether an operation ran. `timeline`: rank 0's,
+  // or null.
+  bool cycle(const Controller::CycleFlags& flags, Timeline* timeline, bool* worked,
+             CyclePacer* runs = nullptr);
   // Background thread: each set's rank 0 inspects its set (runtime/stall_inspector.h); returns
   // whether stalled tensors failed (then hvd shuts down).
   bool check_stalls();
 
  private:
+  bool cycle_once(ProcessSetState& set, const Controller::CycleFlags& mine,
+                  Controller::CycleFlags* any, Timeline* timeline);
+  bool others_waiting(size_t id) const;  // another set of this rank has requests waiting
+
   Sets sets_;
   mutable std::mutex mu_;
   std::atomic<int64_t> changes_{0};

@@ -153,7 +153,8 @@ void Runtime::loop() {
         wake_.cycles.fetch_add(1, std::memory_order_release);
         const Controller::CycleFlags mine{.shutdown = shutdown_requested_.load(),
                                           .stop = hvd::stop_requested()};
-        shutdown = sets_->cycle(mine, timeline_.get(), &worked);
+        shutdown =
+            sets_->cycle(mine, timeline_.get(), &worked, topology().size > 1 ? &pacer : nullptr);
       }
       if (shutdown) break;
       if (sets_->check_stalls()) {  // the next cycle delivers the errors and stops every rank

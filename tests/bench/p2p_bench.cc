@@ -106,6 +106,31 @@ int main(int argc, char** argv) {
     hvd::ProcessSet pair = hvd::add_process_set({0, 1});
     MPI_Comm sub;
     MPI_Comm_split(MPI_COMM_WORLD, me <= 1 ? 0 : MPI_UNDEFINED, me, &sub);
+    // The same ping-pong inside the set: negotiated by its two members only.
+    for (const int64_t bytes : {int64_t{4}, int64_t{64} << 10}) {
+      std::vector<float> buf(static_cast<size_t>(bytes / 4));
+      const hvd::TensorRef t = hvd::as_tensor(std::span<float>(buf));
+      std::vector<double> h, m;
+      for (int r = 0; r < o.rounds && me <= 1; ++r) {
+        h.push_back(pingpong(
+            o.iters, buf, [&](int peer) { pair.send(t, peer); },
+            [&](int peer) { pair.recv(t, peer); }));
+        m.push_back(pingpong(
+            o.iters, buf,
+            [&](int peer) {
+              MPI_Send(buf.data(), static_cast<int>(bytes), MPI_BYTE, peer, 0, sub);
+            },
+            [&](int peer) {
+              MPI_Recv(buf.data(), static_cast<int>(bytes), MPI_BYTE, peer, 0, sub,
+                       MPI_STATUS_IGNORE);
+            }));
+      }
+      if (me == 0)
+        std::printf(
+            "process set {0, 1} of %d ranks, send/recv round trip %6lld B: hvd %9.1f us, "
+            "MPI %9.1f us, ratio %.2f\n",
+            n, static_cast<long long>(bytes), median(h), median(m), median(h) / median(m));
+    }
     std::vector<double> h, m;
     std::vector<float> v(1);
     for (int r = 0; r < o.rounds && me <= 1; ++r) {

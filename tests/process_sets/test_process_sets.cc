@@ -32,6 +32,8 @@ std::vector<int> ranks_where(bool (*keep)(int)) {
   return out;
 }
 
+constexpr int kBusyOps = 30;  // BusySetBesideAnIdleRank (test_process_sets_runs.sh counts them)
+
 bool even(int r) { return r % 2 == 0; }
 bool odd(int r) { return r % 2 == 1; }
 
@@ -141,6 +143,29 @@ TEST_F(ProcessSets, EvenAndOddRanks) {
   std::vector<float> y{1};
   hvd::allreduce(ref(y, {1}), "ps.after", hvd::ReduceOp::kSum);
   EXPECT_EQ(y[0], static_cast<float>(hvd::size()));
+}
+
+// A busy set beside an idle rank (the last one): the set's all-reduces run in runs of the set's own
+// cycles, not one per cycle of the global set, which pairs with the idle rank
+// (ProcessSetTable::cycle). Here each member checks its values; test_process_sets_runs.sh counts
+// the global set's cycles on rank 0's timeline while the set works.
+TEST_F(ProcessSets, BusySetBesideAnIdleRank) {
+  const int n = hvd::size();
+  if (n < 2) GTEST_SKIP() << "needs a rank outside the set";
+  std::vector<int> members(static_cast<size_t>(n - 1));
+  std::iota(members.begin(), members.end(), 0);
+  hvd::ProcessSet busy = hvd::add_process_set(members);
+  EXPECT_EQ(busy.included(), hvd::rank() < n - 1);
+  if (busy.included()) {
+    for (int i = 0; i < kBusyOps; ++i) {
+      std::vector<float> x{static_cast<float>(hvd::rank() + i)};
+      busy.allreduce(ref(x, {1}), "ps.run." + std::to_string(i), hvd::ReduceOp::kSum);
+      // The sum over members 0..n-2 of (rank + i).
+      EXPECT_EQ(x[0], static_cast<float>((n - 1) * (n - 2) / 2 + (n - 1) * i)) << "op " << i;
+    }
+  }
+  hvd::barrier();
+  hvd::remove_process_set(busy);
 }
 
 // Two overlapping sets with operations of both, and of the global set, in flight at once.
