@@ -25,10 +25,10 @@ enum class ConfigType { kBool, kInt, kDouble, kString, kEnum };
 struct ConfigVar {
   const char* name = "";  // "HVD_FUSION_THRESHOLD"
   ConfigType type = ConfigType::kString;
-  const char* default_value = "";    // as the variable would be spelled: "67108864"
-  const char* doc = "";              // one line
-  std::vector<std::string> choices;  // kEnum: the accepted values (case-insensitive)
-  double min = 0;                    // kInt / kDouble: inclusive bounds
+  const char* default_value = "";         // as the variable would be spelled: "67108864"
+  const char* doc = "";                   // one line
+  std::vector<std::string> choices = {};  // kEnum: the accepted values (case-insensitive)
+  double min = 0;                         // kInt / kDouble: inclusive bounds
   double max = 0;
   // hvdrun's flag for this variable ("fusion-threshold-mb"), empty for none, and the factor
   // that turns the flag's value into the variable's (1048576 for MiB -> bytes).

@@ -21,7 +21,7 @@ void add_gpu_ops(OperationManager& m, const comm::MpiContext& mpi, FusionBuffer&
                  const GpuBackend& gpu, const OperationsOptions& options) {
   CopyWorkers* copies = options.host_copies;
   cuda::Finalizer& fin = *gpu.finalizer();
-  nccl::NcclContext* nccl = options.nccl ? gpu.nccl() : nullptr;
+  nccl::NcclContext* nccl = options.nccl;
   if (nccl) {
     if (options.hierarchical_allreduce)
       m.add(std::make_unique<hierarchical::NcclHierarchicalAllreduce>(*nccl, fin));
@@ -32,6 +32,7 @@ void add_gpu_ops(OperationManager& m, const comm::MpiContext& mpi, FusionBuffer&
     m.add(std::make_unique<nccl::NcclBroadcast>(*nccl, fin));
     m.add(std::make_unique<nccl::NcclAlltoall>(*nccl, fin));
     m.add(std::make_unique<nccl::NcclReducescatter>(*nccl, fin));
+    m.add(std::make_unique<nccl::NcclSendRecv>(*nccl, fin));
   }
   auto staged = [&](std::unique_ptr<CollectiveOp> op) {
     m.add(std::make_unique<cuda::StagedOp>(std::move(op), *gpu.cuda(), fin));

@@ -30,9 +30,9 @@ struct OperationsOptions {
   bool hierarchical_allreduce = false;  // HVD_HIERARCHICAL_ALLREDUCE
   bool nccl_fp16_compression = false;   // HVD_COMPRESSION=fp16 (the NCCL all-reduce)
   CopyWorkers* host_copies = nullptr;   // HVD_COPY_THREADS: helpers of the host all-reduces' copies
-  // Use the GpuBackend's NCCL communicators (those of the world): false for a process set's ops,
-  // whose CUDA tensors then go through host-staged MPI on the set's communicator.
-  bool nccl = true;
+  // The NCCL communicators of the set these ops serve (GpuBackend::nccl() for the global set,
+  // set_nccl() for another); null: CUDA tensors go through host-staged MPI.
+  nccl::NcclContext* nccl = nullptr;
 };
 
 // The ops keep references to `mpi`, `host_fusion`, `options.host_copies` and `gpu`'s contexts:

@@ -1,5 +1,7 @@
 #include "ops/gpu_backend.h"
 
+#include <map>
+
 #include "common/logging.h"
 #include "hvd/config.h"
 
@@ -17,6 +19,7 @@ struct GpuBackend::Impl {
   // Destroyed in reverse: the finalizer (drains) and NCCL before the CUDA context.
   std::unique_ptr<cuda::CudaContext> cuda;
   std::unique_ptr<nccl::NcclContext> nccl;
+  std::map<int, std::unique_ptr<nccl::NcclContext>> set_nccl;  // by process set id
   std::unique_ptr<cuda::Finalizer> finalizer;
   bool async_completion = false;
 };
@@ -37,6 +40,17 @@ bool GpuBackend::active() const { return impl_ && impl_->cuda != nullptr; }
 cuda::CudaContext* GpuBackend::cuda() const { return impl_ ? impl_->cuda.get() : nullptr; }
 nccl::NcclContext* GpuBackend::nccl() const { return impl_ ? impl_->nccl.get() : nullptr; }
 cuda::Finalizer* GpuBackend::finalizer() const { return impl_ ? impl_->finalizer.get() : nullptr; }
+
+nccl::NcclContext* GpuBackend::set_nccl(int id, const comm::MpiContext& mpi) {
+  if (!impl_ || !impl_->nccl) return nullptr;
+  auto& slot = impl_->set_nccl[id];
+  if (!slot) slot = std::make_unique<nccl::NcclContext>(mpi, *impl_->cuda);
+  return slot.get();
+}
+
+void GpuBackend::drop_set_nccl(int id) {
+  if (impl_) impl_->set_nccl.erase(id);
+}
 
 void GpuBackend::finish(std::function<void(const std::string&)> done) {
   if (active() && impl_->finalizer) {
@@ -70,6 +84,7 @@ void GpuBackend::finish_ordered(const std::vector<void*>& streams,
 void GpuBackend::shutdown() {
   if (!impl_) return;
   impl_->finalizer.reset();
+  impl_->set_nccl.clear();
   impl_->nccl.reset();
   impl_->cuda.reset();
 }
@@ -84,6 +99,8 @@ bool GpuBackend::active() const { return false; }
 cuda::CudaContext* GpuBackend::cuda() const { return nullptr; }
 nccl::NcclContext* GpuBackend::nccl() const { return nullptr; }
 cuda::Finalizer* GpuBackend::finalizer() const { return nullptr; }
+nccl::NcclContext* GpuBackend::set_nccl(int, const comm::MpiContext&) { return nullptr; }
+void GpuBackend::drop_set_nccl(int) {}
 void GpuBackend::finish(std::function<void(const std::string&)> done) {
   if (done) done("");
 }

@@ -55,6 +55,11 @@ class GpuBackend {
   cuda::CudaContext* cuda() const;
   nccl::NcclContext* nccl() const;
   cuda::Finalizer* finalizer() const;
+  // NCCL communicators on a process set's MPI communicators (`mpi`, which must outlive them),
+  // created on first use like nccl()'s; null when nccl() is. Owned here, under the set's id, until
+  // drop_set_nccl(id) (the set is removed) or shutdown(). Background thread.
+  nccl::NcclContext* set_nccl(int id, const comm::MpiContext& mpi);
+  void drop_set_nccl(int id);
 
   // After OperationManager::execute(batch) returned normally: runs done("") or done(error) once
   // the batch's GPU work completed (on the finalizer thread), or here and now for a batch that

@@ -42,7 +42,9 @@ void ProcessSetState::start(const SetShared& shared) {
   oo.host_copies = shared.copy_workers;
   oo.hierarchical_allreduce = config.hierarchical_allreduce;
   oo.nccl_fp16_compression = config.compression == Compression::kFp16;
-  oo.nccl = global;  // the GpuBackend's NCCL communicators span the world
+  // NCCL communicators of the set's own (the GpuBackend's span the world).
+  oo.nccl = global ? shared.gpu->nccl() : shared.gpu->set_nccl(id(), *mpi_);
+  gpu_ = shared.gpu;
   ops_ = ops::make_operations(*mpi_, *shared.fusion_buffer, *shared.gpu, oo);
 
   ControllerOptions co = shared.controller;
@@ -111,6 +113,7 @@ void ProcessSetState::release(bool broken) {
   executor_.reset();
   controller_.reset();
   ops_ = ops::OperationManager();
+  if (gpu_ && id() != 0) gpu_->drop_set_nccl(id());  // the global set's: GpuBackend::shutdown()
   mpi_.reset();
 }
 

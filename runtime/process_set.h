@@ -117,6 +117,7 @@ class ProcessSetState {
  private:
   std::shared_ptr<const detail::ProcessSetInfo> info_;
   std::unique_ptr<comm::MpiContext> mpi_;  // members
+  ops::GpuBackend* gpu_ = nullptr;         // start(): the runtime's (a set's NCCL communicators)
   ops::OperationManager ops_;              // after mpi_: its ops point into it
   TensorQueue queue_;                      // any thread (its own mutex)
   std::unique_ptr<Controller> controller_;

@@ -1,8 +1,9 @@
 #include "ops/nccl/nccl_context.h"
 
-#include "ops/nccl/nccl_ops.h"
-
+#include <algorithm>
 #include <sstream>
+
+#include "ops/nccl/nccl_ops.h"
 
 #include "hvd/error.h"
 #include "common/logging.h"
@@ -91,8 +92,33 @@ ncclComm_t NcclContext::get(ncclComm_t& slot, MPI_Comm comm, const char* what) {
   return slot;
 }
 
+ncclComm_t NcclContext::pair(int a, int b) {
+  const std::pair<int, int> key{std::min(a, b), std::max(a, b)};
+  if (auto it = pairs_.find(key); it != pairs_.end()) return it->second;
+  const int me = mpi_.topology().rank;
+  const int other = me == key.first ? key.second : key.first;
+  // The two meet here in the same response (the executor runs it on both), and hvd's communicator
+  // carries nothing else at that moment (ops/mpi/sendrecv.cc).
+  constexpr int kPairIdTag = 0x5e4e;
+  ncclUniqueId id{};
+  if (me == key.first) {
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    MPI_CHECK(MPI_Send(&id, sizeof(id), MPI_BYTE, other, kPairIdTag, mpi_.world()));
+  } else {
+    MPI_CHECK(
+        MPI_Recv(&id, sizeof(id), MPI_BYTE, other, kPairIdTag, mpi_.world(), MPI_STATUS_IGNORE));
+  }
+  cuda_.activate();
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&comm, 2, id, me == key.first ? 0 : 1));
+  HVD_LOG(Debug) << "NCCL send/recv communicator of ranks " << key.first << " and " << key.second
+                 << " on cuda:" << cuda_.device();
+  pairs_.emplace(key, comm);
+  return comm;
+}
+
 NcclContext::~NcclContext() {
-  if (!world_ && !local_ && !cross_) return;  // NCCL (and CUDA) never used
+  if (!world_ && !local_ && !cross_ && pairs_.empty()) return;  // NCCL (and CUDA) never used
   cudaSetDevice(cuda_.device());
   cudaStreamSynchronize(cuda_.stream());
   for (ncclComm_t* c : {&cross_, &local_, &world_})
@@ -100,6 +126,8 @@ NcclContext::~NcclContext() {
       ncclCommDestroy(*c);
       *c = nullptr;
     }
+  for (auto& [key, comm] : pairs_) ncclCommDestroy(comm);
+  pairs_.clear();
 }
 
 // The helpers every NCCL op shares (nccl_ops.h).

@@ -15,7 +15,9 @@
 
 #include <nccl.h>
 
+#include <map>
 #include <string>
+#include <utility>
 
 #include "hvd/tensor.h"
 #include "ops/cuda/cuda_context.h"
@@ -51,6 +53,11 @@ class NcclContext {
   ncclComm_t world() { return get(world_, mpi_.world(), "world"); }
   ncclComm_t local() { return get(local_, mpi_.local(), "local"); }
   ncclComm_t cross() { return get(cross_, mpi_.cross(), "cross"); }
+  // The communicator of two ranks of world() (`a` != `b`, this rank one of them), for send/recv:
+  // created by those two alone, on their first exchange (the others do not take part in it, so it
+  // cannot be world(), which is created by every rank), then kept. Rank 0 of the pair is the lower
+  // one. PyTorch's ProcessGroupNCCL makes its send/recv communicators the same way.
+  ncclComm_t pair(int a, int b);
 
   const comm::MpiContext& mpi() const { return mpi_; }
   cuda::CudaContext& cuda() { return cuda_; }
@@ -61,6 +68,7 @@ class NcclContext {
   const comm::MpiContext& mpi_;
   cuda::CudaContext& cuda_;
   ncclComm_t world_ = nullptr, local_ = nullptr, cross_ = nullptr;
+  std::map<std::pair<int, int>, ncclComm_t> pairs_;  // by (lower, higher) rank of world()
 };
 
 }  // namespace hvd::ops::nccl

@@ -95,6 +95,16 @@ class NcclAlltoall : public NcclOp {
   void execute(OpBatch& batch) override;
 };
 
+// Point-to-point: ncclSend at the sender, ncclRecv at the receiver, on the pair's communicator
+// (NcclContext::pair). Enabled for CUDA tensors, as the other NCCL ops.
+class NcclSendRecv : public NcclOp {
+ public:
+  using NcclOp::NcclOp;
+  const char* name() const override { return "nccl_sendrecv"; }
+  CollectiveType type() const override { return CollectiveType::kSendRecv; }
+  void execute(OpBatch& batch) override;
+};
+
 class NcclReducescatter : public NcclOp {
  public:
   using NcclOp::NcclOp;

@@ -2,7 +2,8 @@
 // through the public API. ctest runs it with 1 rank on NCCL and with 2 ranks sharing one GPU with
 // HVD_GPU_OPERATIONS=MPI (host staging). Each rank computes its own expected values.
 // Also: a tensor produced by a slow kernel on the user's stream is reduced only after that kernel
-// (fails if the NCCL stream does not wait for the user's stream).
+// (fails if the NCCL stream does not wait for the user's stream); send/recv around the ring and a
+// process set's collectives on device tensors (2 ranks and more).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -153,6 +154,67 @@ TEST_F(GpuCollectives, BroadcastFromEveryRoot) {
       }
     }
   }
+}
+
+// send/recv of device tensors around the ring (NCCL's pair communicators, NcclContext::pair, or
+// host-staged MPI): every rank sends to the next and receives from the one before, both in flight
+// at once; the received values are the sender's.
+TEST_F(GpuCollectives, SendRecvRing) {
+  if (size_ < 2) GTEST_SKIP() << "send/recv needs 2 ranks";
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  for (DataType t : gpu_dtypes()) {
+    for (int64_t n : all_sizes()) {
+      const std::string name = tag("ring", t, n);
+      Buffer mine(t, n), got(t, n);
+      mine.fill([&](int64_t i) { return static_cast<double>(i % 5 + rank_ + 1); });
+      got.fill([](int64_t) { return 0.0; });
+      DeviceBuffer out(mine), in(got);
+      Watchdog w(name);
+      hvd::Handle s = hvd::send_async(out.ref({n}), next);
+      hvd::Handle r = hvd::recv_async(in.ref({n}), prev);
+      if (!wait_ok(s, name + ".send") || !wait_ok(r, name + ".recv")) continue;
+      check_values(
+          in.fetch(), [&](int64_t i) { return static_cast<double>(i % 5 + prev + 1); }, name);
+    }
+  }
+}
+
+// Collectives of a process set on device tensors (the set's own NCCL communicators,
+// GpuBackend::set_nccl, or host-staged MPI): the set of every rank but the last all-reduces and
+// broadcasts; the last rank takes no part.
+TEST_F(GpuCollectives, ProcessSetOnDeviceTensors) {
+  if (size_ < 2) GTEST_SKIP() << "a set other than the global one needs 2 ranks";
+  std::vector<int> members;
+  for (int r = 0; r + 1 < size_; ++r) members.push_back(r);
+  hvd::ProcessSet set = hvd::add_process_set(members);
+  if (set.included()) {
+    const int m = set.size();
+    for (DataType t : gpu_dtypes()) {
+      for (int64_t n : all_sizes()) {
+        const std::string name = tag("set.allreduce", t, n);
+        Buffer b(t, n);
+        b.fill([&](int64_t i) { return static_cast<double>(i % 3 + rank_); });
+        DeviceBuffer d(b);
+        Watchdog w(name);
+        hvd::Handle h = set.allreduce_async(d.ref({n}), d.ref({n}), name, hvd::ReduceOp::kSum);
+        if (!wait_ok(h, name)) continue;
+        // The sum over members 0..m-1 of (i % 3 + rank).
+        check_values(
+            d.fetch(),
+            [&](int64_t i) { return static_cast<double>(m * (i % 3) + m * (m - 1) / 2); }, name);
+        const std::string bname = tag("set.broadcast", t, n);
+        Buffer c(t, n);
+        c.fill([&](int64_t i) { return rank_ == 0 ? static_cast<double>(i % 4 + 2) : 0.0; });
+        DeviceBuffer e(c);
+        hvd::Handle g = set.broadcast_async(e.ref({n}), 0, bname);
+        if (!wait_ok(g, bname)) continue;
+        check_values(
+            e.fetch(), [](int64_t i) { return static_cast<double>(i % 4 + 2); }, bname);
+      }
+    }
+  }
+  hvd::barrier();
+  hvd::remove_process_set(set);
 }
 
 TEST_F(GpuCollectives, AllgatherWithDifferentFirstDimensions) {
