@@ -36,25 +36,22 @@ class CyclePacer {
 
   // A process set's run of cycles (ProcessSetTable::cycle): how long it may last (the cycle time:
   // the ranks outside the set wait that long for the next cycle of the global set anyway), and,
-  // between two of its cycles, as pace() for `set`'s queue alone, returning by `until` at the
-  // latest.
+  // between two of its cycles, as pace(), returning by `until` at the latest.
   std::chrono::steady_clock::duration run_budget() const { return params_.cycle(); }
-  void pace_in_run(const ProcessSetState& set, bool waited, bool worked,
-                   std::chrono::steady_clock::time_point until);
-  // Before each cycle of a run: counts it (WakeSignal::cycles) and returns whether a user thread
-  // was blocked on queued requests (pace_in_run's `waited`).
-  bool run_cycle_starts() {
-    const bool waited = wake_.waited();
-    wake_.cycles.fetch_add(1, std::memory_order_release);
-    return waited;
-  }
+  void pace_in_run(bool waited, bool worked, std::chrono::steady_clock::time_point until);
+  // Before each cycle of a run: whether a user thread was blocked on queued requests (pace_in_run's
+  // `waited`). A run's cycles are not counted in WakeSignal::cycles: a user thread blocked on an
+  // operation of another set that wants the next cycle (cycle_wanted) wants the next loop's, and
+  // counting them made the run's waits ignore it (a pipeline stage's sends on the global set then
+  // waited up to one cycle time after its set's all-reduce).
+  bool run_cycle_starts() const { return wake_.waited(); }
   bool stopping() const { return stopping_.load(); }
 
  private:
   using clock = std::chrono::steady_clock;
   bool next_cycle_now(bool waited) const;
   void wait_for_work(clock::time_point next_cycle, bool worked);
-  // The sets' queues together (one set: its queue's own answer); in a run, its set's alone.
+  // The sets' queues together (one set: its queue's own answer).
   TensorQueue::Waiting waiting() const;
   bool holds_only_popped() const;
   size_t queued() const;
@@ -65,7 +62,6 @@ class CyclePacer {
   const Parameters& params_;
   clock::duration cycle_{}, window_{};  // params_', as pace() last read them
   const bool one_rank_;
-  const ProcessSetState* only_ = nullptr;  // in pace_in_run(): its set
 };
 
 }  // namespace hvd

@@ -249,7 +249,7 @@ bool ProcessSetTable::cycle(const Controller::CycleFlags& flags, Timeline* timel
     bool waited = false, released = false;
     for (bool first = true;; first = false) {
       if (!first) {
-        runs->pace_in_run(*set, waited, released, until);
+        runs->pace_in_run(waited, released, until);
         waited = runs->run_cycle_starts();
       }
       Controller::CycleFlags mine, any;
