@@ -173,19 +173,15 @@ static_assert(sizeof(HandleState) + 16 <= BlockPool::kBlock, "a handle state out
 
 }  // namespace
 
-std::shared_ptr<HandleState> make_handle_state(int pending_tensors) {
+std::shared_ptr<HandleState> make_handle_state(int pending_tensors,
+                                               const std::shared_ptr<WakeSignal>& wake) {
   if constexpr (kPoolHandles)
-    return std::allocate_shared<HandleState>(PoolAllocator<HandleState>(), pending_tensors);
-  return std::make_shared<HandleState>(pending_tensors);
+    return std::allocate_shared<HandleState>(PoolAllocator<HandleState>(), pending_tensors, wake);
+  return std::make_shared<HandleState>(pending_tensors, wake);
 }
 
 bool handle_pool_enabled() { return kPoolHandles; }
 std::size_t handle_pool_size() { return block_pool().size(); }
-
-WakeSignal& WakeSignal::get() {
-  static WakeSignal* signal = new WakeSignal;  // never destroyed (see handle.h)
-  return *signal;
-}
 
 void WakeSignal::notify() {
   notified.fetch_add(1, std::memory_order_release);
@@ -310,14 +306,15 @@ bool Handle::ready() const { return state_of(state_).done(); }
 void Handle::wait() {
   auto& s = state_of(state_);
   if (!s.done()) {
-    // This thread blocks: if its requests still wait in the queue, the fusion window need not
-    // (popped_by is set before the handle is returned).
-    detail::WakeSignal& signal = detail::WakeSignal::get();
-    signal.waiting_for(s.popped_by);
-    // Polls before it blocks (HVD_WAIT_POLL_US, where cores are spare): an operation that completes
-    // meanwhile costs no futex wake-up of this thread (10-30 us on this project's VMs).
-    if (const int64_t poll = signal.poll_us.load(std::memory_order_relaxed); poll > 0)
-      poll_for(poll, [&] { return s.done(); });
+    if (detail::WakeSignal* signal = s.wake.get()) {
+      // This thread blocks: if its requests still wait in the queue, the fusion window need not
+      // (popped_by is set before the handle is returned).
+      signal->waiting_for(s.popped_by);
+      // Polls before it blocks (HVD_WAIT_POLL_US, where cores are spare): an operation that
+      // completes meanwhile costs no futex wake-up of this thread (10-30 us on this project's VMs).
+      if (const int64_t poll = signal->poll_us.load(std::memory_order_relaxed); poll > 0)
+        poll_for(poll, [&] { return s.done(); });
+    }
     s.wait_done();
   }
   if (s.stop_agreed) detail::note_stop_seen();  // hvd::stop_agreed() (runtime/stop_state.h)

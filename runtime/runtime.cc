@@ -33,8 +33,8 @@ Runtime::Runtime(const Config& config, PeerLossHandler on_peer_loss)
   world_->executor().on_process_set([this](const Response& r) {
     return sets_->apply(r, services_->view(), services_->test_hooks().fake_local_size);
   });
-  wake_.poll_us.store(wait_poll_us(config.wait_poll_us, topology().cores_per_rank),
-                      std::memory_order_relaxed);
+  services_->wake()->poll_us.store(wait_poll_us(config.wait_poll_us, topology().cores_per_rank),
+                                   std::memory_order_relaxed);
   thread_ = std::thread([this] { loop(); });
   // (top -H, gdb, /proc/<pid>/task; named here, so that it has its name once this returns)
   pthread_setname_np(thread_.native_handle(), "hvd-background");
@@ -129,7 +129,7 @@ void Runtime::submit_to_queue(const std::vector<std::string>& names, Add&& add) 
 
 // The first request since the last cycle: wake the background thread (WakeSignal::notify locks
 // the mutex first, so that a thread between its check and its wait cannot miss it).
-void Runtime::wake() { wake_.notify(); }
+void Runtime::wake() { services_->wake()->notify(); }
 
 // The background thread: a cycle of every process set (ProcessSetTable::cycle) and its responses,
 // until every rank has seen a shutdown request or a communication failure stops it; between two
@@ -138,11 +138,12 @@ void Runtime::loop() {
   // The fusion window and the cycle are timed waits (a lone all-reduce submitted during compute
   // was negotiated ~140 us after submission instead of ~90 with the default slack).
   precise_timed_waits();
-  CyclePacer pacer(sets_->sets(), wake_, shutdown_requested_, services_->parameters(),
+  CyclePacer pacer(sets_->sets(), *services_->wake(), shutdown_requested_, services_->parameters(),
                    topology().size == 1);
   // Test hook HVD_TEST_PAUSE_BACKGROUND (runtime/test_hooks.h): -1 on every rank but the one named.
   const TestHooks& hooks = services_->test_hooks();
   const long pause_cycle = hooks.pause_cycle_of(topology().rank);
+  detail::WakeSignal& signal = *services_->wake();
   try {
     for (long cycles = 0;; ++cycles) {
       if (cycles == pause_cycle)
@@ -154,8 +155,8 @@ void Runtime::loop() {
         // The cycle's MPI calls and the executor's take turns with a one-rank job's inline
         // operations (enqueue_one), which use the same communicators from a user thread.
         std::lock_guard<std::mutex> lock(exec_mu_);
-        waited = wake_.waited();
-        wake_.cycles.fetch_add(1, std::memory_order_release);
+        waited = signal.waited();
+        signal.cycles.fetch_add(1, std::memory_order_release);
         const Controller::CycleFlags mine{.shutdown = shutdown_requested_.load(),
                                           .stop = hvd::stop_requested()};
         shutdown = sets_->cycle(mine, services_->timeline(), &worked);
@@ -197,7 +198,7 @@ void Runtime::shutdown() {
   if (finished_) return;
   finished_ = true;
   shutdown_requested_ = true;
-  wake_.notify();
+  services_->wake()->notify();
   if (thread_.joinable()) thread_.join();
   services_->stop_watchdog();
   std::lock_guard<std::mutex> no_inline_op(exec_mu_);  // a user thread's single-rank op finishes

@@ -65,6 +65,9 @@ class Runtime {
   ProcessSetState& world() { return *world_; }
   // Every process set by id (runtime/process_set.h; lookups from any thread).
   ProcessSetTable& process_sets() { return *sets_; }
+  // Wakes the background thread (runtime/handle.h): a first request, shutdown, a user thread
+  // blocked on a queued request. A handle of this runtime's keeps it (any thread).
+  const std::shared_ptr<detail::WakeSignal>& wake_signal() const { return services_->wake(); }
 
   // Hands tensors to `set`'s queue; the handle completes when all of them are done.
   // Throws InvalidArgumentError for a name already in flight, or the runtime's failure after the
@@ -116,9 +119,6 @@ class Runtime {
   // thread running an operation of a one-rank job itself (enqueue_one): they take turns with the
   // ops, the fusion buffer and the communicators.
   std::mutex exec_mu_;
-  // Wakes the background thread: a first request, shutdown, a user thread blocked on a queued
-  // request (runtime/handle.h).
-  detail::WakeSignal& wake_ = detail::WakeSignal::get();
 
   std::thread thread_;  // the background thread: loop()
 };

@@ -3,7 +3,9 @@
 namespace hvd {
 
 SharedServices::SharedServices(const Config& config)
-    : config_(config), test_hooks_(test_hooks_from_config(config_)) {}
+    : config_(config),
+      test_hooks_(test_hooks_from_config(config_)),
+      wake_(std::make_shared<detail::WakeSignal>()) {}
 
 void SharedServices::stop_watchdog() {
   if (watchdog_) watchdog_->stop();

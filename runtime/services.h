@@ -1,11 +1,11 @@
 #pragma once
 
 // What every process set of one runtime shares, and its one owner: the Config and the test hooks
-// read from it, the fusion buffer, the copy helpers, the GPU assignment and backend, the watchdog,
-// rank 0's timeline, the global set's straggler window, the live parameters and their tuner. The
-// sets see it through view() (runtime/process_set.h, SetShared); the Runtime (runtime/runtime.h)
-// holds it between its global set, on whose communicators it is built, and its table of sets,
-// which go first.
+// read from it, the wake signal of the background thread (runtime/handle.h), the fusion buffer,
+// the copy helpers, the GPU assignment and backend, the watchdog, rank 0's timeline, the global
+// set's straggler window, the live parameters and their tuner. The sets see it through view()
+// (runtime/process_set.h, SetShared); the Runtime (runtime/runtime.h) holds it between its global
+// set, on whose communicators it is built, and its table of sets, which go first.
 //
 // Lifecycle: constructed with the Config before MPI; built (runtime/wiring.cc) once the global
 // set's communicators exist; taken down by Runtime::shutdown() step by step, in the order that
@@ -57,6 +57,8 @@ class SharedServices {
 
   const Config& config() const { return config_; }
   const TestHooks& test_hooks() const { return test_hooks_; }  // HVD_TEST_* (runtime/test_hooks.h)
+  // Wakes the background thread (any thread); the queues and the handles share it.
+  const std::shared_ptr<detail::WakeSignal>& wake() const { return wake_; }
   const cluster::GpuAssignment& gpu_assignment() const { return gpu_; }
   Timeline* timeline() const { return timeline_.get(); }  // rank 0 only, with HVD_TIMELINE
   comm::Watchdog& watchdog() { return *watchdog_; }
@@ -80,7 +82,8 @@ class SharedServices {
   // In this order: each part is built after (and, when the runtime goes, destroyed before) those
   // above it.
   Config config_;
-  TestHooks test_hooks_;  // read once from config_
+  TestHooks test_hooks_;                      // read once from config_
+  std::shared_ptr<detail::WakeSignal> wake_;  // from the start: the global set's queue takes it
   ops::FusionBuffer fusion_buffer_;
   std::unique_ptr<ops::CopyWorkers> copy_workers_;  // before the sets' ops: they point to it
   cluster::GpuAssignment gpu_;

@@ -58,7 +58,7 @@ void Runtime::build_world() {
   for (int r = 0; r < size; ++r) everyone[static_cast<size_t>(r)] = r;
   const int fake_local_size = services_->test_hooks().fake_local_size;
   world_ = std::make_shared<ProcessSetState>(0, std::move(everyone), rank, MPI_COMM_WORLD,
-                                             fake_local_size);
+                                             fake_local_size, services_->wake());
   set_log_rank(rank);
   if (provided < MPI_THREAD_MULTIPLE)
     HVD_LOG(Warning) << "MPI provides " << thread_level_name(provided)
@@ -203,6 +203,7 @@ void SharedServices::build_controller(ProcessSetState& world, bool thread_multip
   view_.controller = std::move(co);
   view_.stall = so;
   view_.test_hooks = &test_hooks_;
+  view_.wake = wake_;
   HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local "
                  << topo.local_rank << "/" << topo.local_size << ", cross " << topo.cross_rank
                  << "/" << topo.cross_size
