@@ -146,7 +146,7 @@ TensorTableEntry make_entry(RequestType type, const std::string& name, TensorRef
 Handle submit(const Target& t, RequestType type, const std::string& name, TensorRef in,
               TensorRef out, Request&& req, std::vector<int64_t> splits = {},
               std::shared_ptr<detail::HandleState> state = nullptr) {
-  if (!state) state = detail::make_handle_state(1, t.rt.wake_signal());
+  if (!state) state = detail::make_handle_state(1);
   TensorTableEntry entry = make_entry(type, name, std::move(in), std::move(out), state);
   entry.splits = std::move(splits);
   return t.rt.enqueue_one(t.set, std::move(entry), std::move(req), std::move(state));
@@ -173,7 +173,7 @@ Handle allreduce_on(const Target& t, TensorRef in, TensorRef out, const std::str
   if (t.global() && c.error.empty() && !name.starts_with(kReservedNamePrefix)) {
     // A tensor whose response is cached (every step's gradients from the second on) goes into
     // its lane, with no request and no entry (runtime/tensor_queue.h, "Lanes").
-    state = detail::make_handle_state(1, t.rt.wake_signal());
+    state = detail::make_handle_state(1);
     if (t.rt.enqueue_lane(name, in, out, op, prescale, postscale, state))
       return Handle(std::move(state));
   }
@@ -196,7 +196,7 @@ Handle grouped_allreduce_on(const Target& t, std::vector<TensorRef> in, std::vec
     // No member names to fail on the other ranks: an empty group is complete at once.
     if (!out.empty())
       throw InvalidArgumentError("grouped_allreduce of '" + name + "' failed: " + count_error);
-    auto state = detail::make_handle_state(1, t.rt.wake_signal());
+    auto state = detail::make_handle_state(1);
     state->complete_one();
     return Handle(state);
   }
@@ -221,7 +221,7 @@ Handle grouped_allreduce_on(const Target& t, std::vector<TensorRef> in, std::vec
     group.no_overlap(in, out, true);
     if (!group.failed()) {
       // The group as one unit: one request, one entry (runtime/group_unit.h).
-      auto state = detail::make_handle_state(1, t.rt.wake_signal());
+      auto state = detail::make_handle_state(1);
       Request req;
       TensorTableEntry entry;
       group_unit::make(t.set.rank(), name, op, t.rt.deterministic(), std::move(in), std::move(out),
@@ -231,7 +231,7 @@ Handle grouped_allreduce_on(const Target& t, std::vector<TensorRef> in, std::vec
     member_errors.assign(in.size(), group.error);
   }
   // A member failed a check: every member goes to rank 0, which fails the group on every rank.
-  auto state = detail::make_handle_state(static_cast<int>(in.size()), t.rt.wake_signal());
+  auto state = detail::make_handle_state(static_cast<int>(in.size()));
   std::vector<TensorTableEntry> entries;
   std::vector<Request> requests;
   entries.reserve(in.size());
@@ -555,11 +555,10 @@ void barrier() {
 
 int join() {
   const std::string name = kJoinName;
-  std::shared_ptr<detail::HandleState> state;
+  auto state = detail::make_handle_state(1);
   Handle h;
   {
     Using rt("join()");
-    state = detail::make_handle_state(1, rt->wake_signal());
     Request req = make_request({*rt, rt->world(), nullptr}, RequestType::kJoin, name,
                                TensorRef(static_cast<void*>(nullptr), DataType::kUInt8, {0}));
     h = rt->enqueue_one(rt->world(), make_entry(RequestType::kJoin, name, {}, {}, state),
@@ -591,7 +590,7 @@ Target set_target(Runtime& rt, const std::shared_ptr<const detail::ProcessSetInf
 // Returns the set's id; throws the change's error, the same on every rank.
 int change_sets(const char* what, std::vector<int64_t> ranks, int remove_id, std::string error) {
   const std::shared_ptr<Runtime> owner = get(what);
-  auto state = detail::make_handle_state(1, owner->wake_signal());
+  auto state = detail::make_handle_state(1);
   Handle h;
   {
     Using rt(what);

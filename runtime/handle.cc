@@ -173,11 +173,10 @@ static_assert(sizeof(HandleState) + 16 <= BlockPool::kBlock, "a handle state out
 
 }  // namespace
 
-std::shared_ptr<HandleState> make_handle_state(int pending_tensors,
-                                               const std::shared_ptr<WakeSignal>& wake) {
+std::shared_ptr<HandleState> make_handle_state(int pending_tensors) {
   if constexpr (kPoolHandles)
-    return std::allocate_shared<HandleState>(PoolAllocator<HandleState>(), pending_tensors, wake);
-  return std::make_shared<HandleState>(pending_tensors, wake);
+    return std::allocate_shared<HandleState>(PoolAllocator<HandleState>(), pending_tensors);
+  return std::make_shared<HandleState>(pending_tensors);
 }
 
 bool handle_pool_enabled() { return kPoolHandles; }

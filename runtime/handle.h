@@ -25,7 +25,7 @@ enum class ErrorKind : uint8_t { kNone, kInvalidArgument, kCommunication, kInter
 // the fusion window at once instead of waiting it out (measured: the step of 1000 cached 4 KiB
 // tensors on 2 ranks negotiated ~130 us after its last request, docs/benchmarks.md). One per
 // runtime (runtime/services.h), shared with the queues of its process sets and with every handle
-// its API calls make: a Handle may outlive its Runtime (a wait on it after hvd::shutdown(), or
+// they take: a Handle may outlive its Runtime (a wait on it after hvd::shutdown(), or
 // during it on another thread, still finds the signal), and hvd::init() after hvd::shutdown()
 // builds a new runtime with a signal of its own.
 struct WakeSignal {
@@ -78,9 +78,7 @@ struct WakeSignal {
 };
 
 struct HandleState {
-  // `wake`: the signal of the runtime the operation is submitted to (null: wait() only waits).
-  HandleState(int pending_tensors, const std::shared_ptr<WakeSignal>& wake)
-      : pending(pending_tensors), wake(wake) {}
+  explicit HandleState(int pending_tensors) : pending(pending_tensors) {}
 
   // One tensor of the operation finished (successfully).
   void complete_one();
@@ -118,11 +116,13 @@ struct HandleState {
   bool stop_agreed = false;
   int join_result = -1;
   // The WakeSignal::pops number that takes this operation's requests (0: none travel through the
-  // queue's requests). Set before the handle reaches the user.
+  // queue's requests), and that signal, which Handle::wait() raises and polls for its poll_us
+  // (null: wait() only waits; an operation run inline is done before its handle is returned).
+  // Set together by the queue (TensorQueue), before the handle reaches the user. Shared, not a
+  // reference: the handle may outlive the runtime; and set only for what goes through the queue,
+  // so that a one-rank job's inline operations pay no count for it.
   uint64_t popped_by = 0;
-  // Handle::wait() raises it (WakeSignal::waiting_for) and polls for its poll_us. Shared, not a
-  // reference: the handle may outlive the runtime.
-  const std::shared_ptr<WakeSignal> wake;
+  std::shared_ptr<WakeSignal> wake;
 
   // What only some operations leave: a failure's message, the result of an allgather, alltoall or
   // reducescatter, alltoall's received splits. Made on first use, so that the state of an
@@ -159,9 +159,7 @@ struct HandleState {
 // 8192 blocks are carved side by side from one region (512 KiB), which the list keeps; it keeps
 // others while it holds fewer than 8192 blocks. Under AddressSanitizer the pool is bypassed, so
 // that a use after free is still caught.
-// `wake`: as HandleState's.
-std::shared_ptr<HandleState> make_handle_state(int pending_tensors,
-                                               const std::shared_ptr<WakeSignal>& wake = nullptr);
+std::shared_ptr<HandleState> make_handle_state(int pending_tensors);
 // Whether make_handle_state() uses the pool (not under AddressSanitizer), and the blocks it holds
 // now: the shared list's and the calling thread's own (tests).
 bool handle_pool_enabled();

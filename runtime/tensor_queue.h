@@ -143,6 +143,9 @@ class TensorQueue {
  private:
   const std::shared_ptr<detail::WakeSignal> wake_;
   mutable std::mutex mu_;
+  // Under mu_: the pop that will take `handle`'s requests, and the signal that counts the pops
+  // (runtime/handle.h, HandleState::popped_by).
+  void stamp_handle(detail::HandleState& handle) const;
   // The entries in flight: a slab of slots (empty ones reused through a free list), found by name
   // through index_ (no node and no copy of the name per tensor; runtime/name_index.h).
   struct Slot {

@@ -81,7 +81,8 @@ TEST(WaitPoll, HandleWaitReturnsWhetherTheCompletionComesDuringOrAfterThePoll) {
     for (int delay_us : {0, 200, 20'000}) {
       SCOPED_TRACE("poll " + std::to_string(poll) + " us, completion after " +
                    std::to_string(delay_us) + " us");
-      auto state = detail::make_handle_state(2, signal);
+      auto state = detail::make_handle_state(2);
+      state->wake = signal;  // as the queue stamps it
       Handle h(state);
       std::thread t([&] {
         std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
@@ -92,7 +93,8 @@ TEST(WaitPoll, HandleWaitReturnsWhetherTheCompletionComesDuringOrAfterThePoll) {
       EXPECT_TRUE(h.ready());
       t.join();
 
-      auto failing = detail::make_handle_state(1, signal);
+      auto failing = detail::make_handle_state(1);
+      failing->wake = signal;
       Handle f(failing);
       std::thread u([&] {
         std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
