@@ -66,7 +66,7 @@ class Runtime {
   // Every process set by id (runtime/process_set.h; lookups from any thread).
   ProcessSetTable& process_sets() { return *sets_; }
   // Wakes the background thread (runtime/handle.h): a first request, shutdown, a user thread
-  // blocked on a queued request. A handle of this runtime's keeps it (any thread).
+  // blocked on a queued request. Each handle that goes through a queue keeps it (any thread).
   const std::shared_ptr<detail::WakeSignal>& wake_signal() const { return services_->wake(); }
 
   // Hands tensors to `set`'s queue; the handle completes when all of them are done.
