@@ -412,18 +412,19 @@ bool initialized() {
 void set_deterministic(bool on) { Using("set_deterministic()")->set_deterministic(on); }
 bool deterministic() { return Using("deterministic()")->deterministic(); }
 // The wait for the latest release's measure is outside Using's count (no call blocks while it
-// counts): the window is shared, and the wake signal is never destroyed.
+// counts): the window and the wake signal are shared, and this call keeps them.
 StragglerReport straggler_report() {
   std::shared_ptr<StragglerWindow> window;
+  std::shared_ptr<detail::WakeSignal> wake;
   StragglerReport empty;
   {
     Using rt("straggler_report()");
     window = rt->straggler_window();
+    wake = rt->wake_signal();
     empty.threshold_ms = rt->config().straggler_threshold_ms;
   }
   if (!window) return empty;
-  return window->take(std::chrono::seconds(1),
-                      [] { detail::WakeSignal::get().want_report_cycle(); });
+  return window->take(std::chrono::seconds(1), [&wake] { wake->want_report_cycle(); });
 }
 
 TuningReport tuning_report() {

@@ -5,6 +5,7 @@
 
 #include "common/backoff.h"
 #include "common/sanitizers.h"
+#include "common/thread_cache.h"
 #include "hvd/collectives.h"
 #include "hvd/error.h"
 #include "runtime/stop_state.h"
@@ -16,9 +17,9 @@ constexpr bool kPoolHandles = !kAddressSanitizer;  // ASan must see each handle 
 
 // Blocks of one cache line, recycled: each thread keeps up to kLocal of its own (no lock: a user
 // thread that submits a step's tensors and drops their handles in the next takes and gives its
-// blocks there), and trades them with a shared free list under a mutex kBatch at a time. Never
-// destroyed: a Handle may outlive every other static. A thread's own blocks go back to the shared
-// list when it ends.
+// blocks there; common/thread_cache.h), and trades them with a shared free list under a mutex
+// kBatch at a time. Never destroyed: a Handle may outlive every other static. A thread's own
+// blocks go back to the shared list when it ends.
 // The first kRegionBlocks blocks are carved, in address order, from one region reserved at first
 // use (512 KiB; its pages come as they are touched): the states of a step's tensors then sit side
 // by side, 64 bytes apart, where the blocks of operator new were 528 bytes apart (a 512-byte block
@@ -37,7 +38,7 @@ class BlockPool {
   BlockPool() { free_.reserve(kMaxBlocks + kRegionBlocks); }
   void* get(std::size_t bytes) {
     if (bytes > kBlock) return ::operator new(bytes);
-    Local* mine = this_thread();
+    Local* mine = ThreadStash<Local>::get();
     if (!mine) return fresh_block();  // the thread is exiting: no blocks of its own
     Local& local = *mine;
     if (local.blocks.empty()) {
@@ -58,7 +59,7 @@ class BlockPool {
       ::operator delete(p);
       return;
     }
-    Local* mine = this_thread();
+    Local* mine = ThreadStash<Local>::get();
     if (!mine) {  // the thread is exiting: straight to the shared list
       std::unique_lock<std::mutex> lock(mu_);
       if (keeps_locked(p)) return free_.push_back(p);
@@ -71,7 +72,7 @@ class BlockPool {
     local.blocks.push_back(p);
   }
   std::size_t size() {
-    Local* mine = this_thread();
+    Local* mine = ThreadStash<Local>::get();
     std::lock_guard<std::mutex> lock(mu_);
     return free_.size() + (mine ? mine->blocks.size() : 0);
   }
@@ -112,33 +113,12 @@ class BlockPool {
     carved_ += n;
   }
   static void* fresh_block() { return ::operator new (kBlock, std::align_val_t{kBlock}); }
+  // A thread's own blocks (ThreadStash: null once the thread is exiting, e.g. for a Handle
+  // dropped by another thread_local's destructor); they go back to the shared list at its exit.
   struct Local {
     std::vector<void*> blocks;
+    ~Local();
   };
-  // This thread's blocks, made on first use; null once the thread is exiting (a Handle dropped by
-  // another thread_local's destructor). The thread-local variables are a pointer and a flag, in
-  // the initial-exec model (runtime/spares.cc says why: the library's default model calls
-  // __tls_get_addr, and a thread_local object with a destructor adds a guard, on every access).
-  Local* this_thread() {
-    if (tls_local) return tls_local;
-    if (tls_local_gone) return nullptr;
-    static thread_local Owner owner{this};  // its destructor returns the blocks at thread exit
-    tls_local = new Local;
-    return tls_local;
-  }
-  struct Owner {
-    BlockPool* pool;
-    ~Owner() {
-      Local* l = tls_local;
-      tls_local = nullptr;
-      tls_local_gone = true;
-      if (!l) return;
-      pool->give_back(l->blocks, l->blocks.size());
-      delete l;
-    }
-  };
-  static thread_local Local* tls_local __attribute__((tls_model("initial-exec")));
-  static thread_local bool tls_local_gone __attribute__((tls_model("initial-exec")));
 
   std::mutex mu_;
   std::vector<void*> free_;
@@ -146,13 +126,12 @@ class BlockPool {
   std::size_t carved_ = 0;
 };
 
-thread_local BlockPool::Local* BlockPool::tls_local = nullptr;
-thread_local bool BlockPool::tls_local_gone = false;
-
 BlockPool& block_pool() {
   static BlockPool* pool = new BlockPool;
   return *pool;
 }
+
+BlockPool::Local::~Local() { block_pool().give_back(blocks, blocks.size()); }
 
 template <class T>
 struct PoolAllocator {
@@ -181,11 +160,6 @@ std::shared_ptr<HandleState> make_handle_state(int pending_tensors) {
 
 bool handle_pool_enabled() { return kPoolHandles; }
 std::size_t handle_pool_size() { return block_pool().size(); }
-
-WakeSignal& WakeSignal::get() {
-  static WakeSignal* signal = new WakeSignal;  // never destroyed (see handle.h)
-  return *signal;
-}
 
 void WakeSignal::notify() {
   notified.fetch_add(1, std::memory_order_release);
@@ -310,14 +284,15 @@ bool Handle::ready() const { return state_of(state_).done(); }
 void Handle::wait() {
   auto& s = state_of(state_);
   if (!s.done()) {
-    // This thread blocks: if its requests still wait in the queue, the fusion window need not
-    // (popped_by is set before the handle is returned).
-    detail::WakeSignal& signal = detail::WakeSignal::get();
-    signal.waiting_for(s.popped_by);
-    // Polls before it blocks (HVD_WAIT_POLL_US, where cores are spare): an operation that completes
-    // meanwhile costs no futex wake-up of this thread (10-30 us on this project's VMs).
-    if (const int64_t poll = signal.poll_us.load(std::memory_order_relaxed); poll > 0)
-      poll_for(poll, [&] { return s.done(); });
+    if (detail::WakeSignal* signal = s.wake.get()) {
+      // This thread blocks: if its requests still wait in the queue, the fusion window need not
+      // (popped_by is set before the handle is returned).
+      signal->waiting_for(s.popped_by);
+      // Polls before it blocks (HVD_WAIT_POLL_US, where cores are spare): an operation that
+      // completes meanwhile costs no futex wake-up of this thread (10-30 us on this project's VMs).
+      if (const int64_t poll = signal->poll_us.load(std::memory_order_relaxed); poll > 0)
+        poll_for(poll, [&] { return s.done(); });
+    }
     s.wait_done();
   }
   if (s.stop_agreed) detail::note_stop_seen();  // hvd::stop_agreed() (runtime/stop_state.h)

@@ -24,14 +24,17 @@ enum class ErrorKind : uint8_t { kNone, kInvalidArgument, kCommunication, kInter
 // queue. That thread submits nothing more until its wait returns, so the background thread closes
 // the fusion window at once instead of waiting it out (measured: the step of 1000 cached 4 KiB
 // tensors on 2 ranks negotiated ~130 us after its last request, docs/benchmarks.md). One per
-// process, never destroyed: a Handle may outlive its Runtime, and hvd::init() after
-// hvd::shutdown() builds a new Runtime that uses the same signal.
+// runtime (runtime/services.h), shared with the queues of its process sets and with every handle
+// they take: a Handle may outlive its Runtime (a wait on it after hvd::shutdown(), or
+// during it on another thread, still finds the signal), and hvd::init() after hvd::shutdown()
+// builds a new runtime with a signal of its own.
 struct WakeSignal {
   std::mutex mu;  // with cv: the background thread's sleep between cycles
   std::condition_variable cv;
-  // Calls of TensorQueue::pop_requests() that took requests (and closes that dropped some), in
-  // this process: every request in the queue is taken by pop number pops + 1. (One runtime, so one
-  // queue, at a time: in-process tests with several queues share it and only lose the early close.)
+  // Calls of TensorQueue::pop_requests() that took requests (and closes that dropped some), of
+  // the runtime's queues: every request in a queue is taken by pop number pops + 1. (The sets'
+  // queues share the count: a pop of one set's queue only makes another's waiter lose the early
+  // close.)
   std::atomic<uint64_t> pops{0};
   // The highest pop number that a user thread blocked in wait() needs: when it is above `pops`,
   // a waiter's requests are in the queue now, and the window closes. Never cleared: the pop makes
@@ -54,7 +57,6 @@ struct WakeSignal {
   // background thread between cycles): 0 = sleep at once. Set by the runtime (HVD_WAIT_POLL_US).
   std::atomic<int64_t> poll_us{0};
 
-  static WakeSignal& get();
   void notify();  // wakes the background thread (locks mu first: no wake-up can be missed)
   // A user thread is about to block on an operation whose requests pop number `popped_by` takes
   // (or took: then it wants the next cycle).
@@ -114,12 +116,17 @@ struct HandleState {
   bool stop_agreed = false;
   int join_result = -1;
   // The WakeSignal::pops number that takes this operation's requests (0: none travel through the
-  // queue's requests). Set before the handle reaches the user.
+  // queue's requests), and that signal, which Handle::wait() raises and polls for its poll_us
+  // (null: wait() only waits; an operation run inline is done before its handle is returned).
+  // Set together by the queue (TensorQueue), before the handle reaches the user. Shared, not a
+  // reference: the handle may outlive the runtime; and set only for what goes through the queue,
+  // so that a one-rank job's inline operations pay no count for it.
   uint64_t popped_by = 0;
+  std::shared_ptr<WakeSignal> wake;
 
   // What only some operations leave: a failure's message, the result of an allgather, alltoall or
   // reducescatter, alltoall's received splits. Made on first use, so that the state of an
-  // allreduce (a trainer's thousand per step) is 32 bytes: with the shared_ptr's control block it
+  // allreduce (a trainer's thousand per step) is 48 bytes: with the shared_ptr's control block it
   // fills one cache line of the pool (make_handle_state), where the three lines of a state with
   // these inline were each touched when a state was made, completed, waited on and dropped.
   struct Results {

@@ -14,7 +14,8 @@
 namespace hvd {
 
 ProcessSetState::ProcessSetState(int id, std::vector<int> ranks, int global_rank, MPI_Comm comm,
-                                 int fake_local_size) {
+                                 int fake_local_size, std::shared_ptr<detail::WakeSignal> wake)
+    : queue_(std::move(wake)) {
   auto info = std::make_shared<detail::ProcessSetInfo>();
   info->id = id;
   info->ranks = std::move(ranks);
@@ -183,7 +184,8 @@ int ProcessSetTable::apply(const Response& r, const SetShared& shared, int fake_
   const bool member = std::binary_search(ranks.begin(), ranks.end(), me);
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(global.mpi().world(), member ? 0 : MPI_UNDEFINED, me, &comm));
-  auto set = std::make_shared<ProcessSetState>(id, std::move(ranks), me, comm, fake_local_size);
+  auto set = std::make_shared<ProcessSetState>(id, std::move(ranks), me, comm, fake_local_size,
+                                               shared.wake);
   if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);  // the set keeps its own duplicate
   set->start(shared);
   {

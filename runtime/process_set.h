@@ -53,7 +53,8 @@ struct ProcessSetInfo {
 };
 }  // namespace detail
 
-// What every set of one runtime shares; the runtime owns it and outlives its sets.
+// What every set of one runtime shares: a view of the runtime's SharedServices
+// (runtime/services.h), which own the parts and outlive the sets.
 struct SetShared {
   const Config* config = nullptr;
   ops::FusionBuffer* fusion_buffer = nullptr;  // one op runs at a time: the sets share it
@@ -63,15 +64,17 @@ struct SetShared {
   Timeline* timeline = nullptr;        // rank 0's (HVD_TIMELINE); a set's rows: timeline_row()
   ControllerOptions controller;        // from the Config; each set adds its own ranks
   StallOptions stall;
-  const TestHooks* test_hooks = nullptr;  // the Runtime's (runtime/test_hooks.h)
+  const TestHooks* test_hooks = nullptr;     // the Runtime's (runtime/test_hooks.h)
+  std::shared_ptr<detail::WakeSignal> wake;  // for the queue of a set added (runtime/handle.h)
 };
 
 class ProcessSetState {
  public:
   // `comm`: the members' communicator (duplicated, then left to the caller), MPI_COMM_NULL on a
-  // rank that is not a member. Collective over `comm`.
+  // rank that is not a member. `wake`: the runtime's signal, which the set's queue raises.
+  // Collective over `comm`.
   ProcessSetState(int id, std::vector<int> ranks, int global_rank, MPI_Comm comm,
-                  int fake_local_size);
+                  int fake_local_size, std::shared_ptr<detail::WakeSignal> wake);
   ~ProcessSetState();
   ProcessSetState(const ProcessSetState&) = delete;
   ProcessSetState& operator=(const ProcessSetState&) = delete;

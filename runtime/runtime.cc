@@ -22,18 +22,19 @@
 namespace hvd {
 
 Runtime::Runtime(const Config& config, PeerLossHandler on_peer_loss)
-    : config_(config), test_hooks_(test_hooks_from_config(config_)) {
-  set_log_level(config_.log_level);
-  deterministic_ = config_.deterministic;
-  build_world();       // MPI and the global set's communicators (runtime/wiring.cc)
-  build_operations();  // what every set's ops share
-  build_controller(std::move(on_peer_loss));
-  world_->start(shared_);
+    : services_(std::make_unique<SharedServices>(config)) {
+  set_log_level(config.log_level);
+  deterministic_ = config.deterministic;
+  build_world();  // MPI and the global set's communicators (runtime/wiring.cc)
+  services_->build_operations(*world_);  // what every set's ops share
+  services_->build_controller(*world_, thread_multiple_, std::move(on_peer_loss));
+  world_->start(services_->view());
   sets_ = std::make_unique<ProcessSetTable>(world_);
-  world_->executor().on_process_set(
-      [this](const Response& r) { return sets_->apply(r, shared_, test_hooks_.fake_local_size); });
-  wake_.poll_us.store(wait_poll_us(config_.wait_poll_us, topology().cores_per_rank),
-                      std::memory_order_relaxed);
+  world_->executor().on_process_set([this](const Response& r) {
+    return sets_->apply(r, services_->view(), services_->test_hooks().fake_local_size);
+  });
+  services_->wake()->poll_us.store(wait_poll_us(config.wait_poll_us, topology().cores_per_rank),
+                                   std::memory_order_relaxed);
   thread_ = std::thread([this] { loop(); });
   // (top -H, gdb, /proc/<pid>/task; named here, so that it has its name once this returns)
   pthread_setname_np(thread_.native_handle(), "hvd-background");
@@ -50,7 +51,7 @@ Runtime::~Runtime() {
 Handle Runtime::enqueue(ProcessSetState& set, std::vector<TensorTableEntry> entries,
                         std::vector<Request> requests, std::shared_ptr<detail::HandleState> state) {
   std::vector<std::string> names;
-  if (timeline_)
+  if (services_->timeline())
     for (const auto& e : entries) names.push_back(set.timeline_row(e.name));
   submit_to_queue(names, [&] { return set.queue().add(std::move(entries), std::move(requests)); });
   return Handle(std::move(state));
@@ -63,7 +64,8 @@ Handle Runtime::enqueue(ProcessSetState& set, std::vector<TensorTableEntry> entr
 // operation while a timeline is written or when MPI is not MPI_THREAD_MULTIPLE (the op's MPI call
 // would run beside the background thread's) still go through the background thread.
 bool Runtime::runs_inline(const TensorTableEntry& entry, const Request& request) const {
-  if (!config_.single_rank_inline || topology().size != 1 || timeline_ || !thread_multiple_)
+  if (!config().single_rank_inline || topology().size != 1 || services_->timeline() ||
+      !thread_multiple_)
     return false;
   if (!request.error.empty() || !request.group.empty()) return false;
   if (entry.input.device().kind != Device::kCPU || entry.output.device().kind != Device::kCPU)
@@ -80,7 +82,7 @@ Handle Runtime::enqueue_one(ProcessSetState& set, TensorTableEntry&& entry, Requ
     return Handle(std::move(state));
   }
   std::vector<std::string> names;
-  if (timeline_) names.push_back(set.timeline_row(entry.name));
+  if (services_->timeline()) names.push_back(set.timeline_row(entry.name));
   submit_to_queue(names, [&] { return set.queue().add_one(std::move(entry), std::move(request)); });
   return Handle(std::move(state));
 }
@@ -92,8 +94,8 @@ Handle Runtime::enqueue_one(ProcessSetState& set, TensorTableEntry&& entry, Requ
 bool Runtime::enqueue_lane(const std::string& name, TensorRef& in, TensorRef& out, ReduceOp op,
                            double prescale, double postscale,
                            const std::shared_ptr<detail::HandleState>& state) {
-  if (timeline_ || !config_.cached_lanes) return false;
-  if (topology().size == 1 && config_.single_rank_inline && thread_multiple_ &&
+  if (services_->timeline() || !config().cached_lanes) return false;
+  if (topology().size == 1 && config().single_rank_inline && thread_multiple_ &&
       in.device().kind == Device::kCPU && out.device().kind == Device::kCPU)
     return false;
   switch (world_->queue().try_lane(name, in, out, op, prescale, postscale, deterministic(), state,
@@ -115,18 +117,19 @@ bool Runtime::enqueue_lane(const std::string& name, TensorRef& in, TensorRef& ou
 // begin unbalances the row. Requests the queue refuses (a name in flight) close their spans again.
 template <class Add>
 void Runtime::submit_to_queue(const std::vector<std::string>& names, Add&& add) {
-  for (const auto& n : names) timeline_->begin(n, "NEGOTIATE");
+  Timeline* timeline = services_->timeline();
+  for (const auto& n : names) timeline->begin(n, "NEGOTIATE");
   try {
     if (add()) wake();
   } catch (...) {
-    for (const auto& n : names) timeline_->end(n, "NEGOTIATE");
+    for (const auto& n : names) timeline->end(n, "NEGOTIATE");
     throw;
   }
 }
 
 // The first request since the last cycle: wake the background thread (WakeSignal::notify locks
 // the mutex first, so that a thread between its check and its wait cannot miss it).
-void Runtime::wake() { wake_.notify(); }
+void Runtime::wake() { services_->wake()->notify(); }
 
 // The background thread: a cycle of every process set (ProcessSetTable::cycle) and its responses,
 // until every rank has seen a shutdown request or a communication failure stops it; between two
@@ -135,13 +138,16 @@ void Runtime::loop() {
   // The fusion window and the cycle are timed waits (a lone all-reduce submitted during compute
   // was negotiated ~140 us after submission instead of ~90 with the default slack).
   precise_timed_waits();
-  CyclePacer pacer(sets_->sets(), wake_, shutdown_requested_, *params_, topology().size == 1);
+  CyclePacer pacer(sets_->sets(), *services_->wake(), shutdown_requested_, services_->parameters(),
+                   topology().size == 1);
   // Test hook HVD_TEST_PAUSE_BACKGROUND (runtime/test_hooks.h): -1 on every rank but the one named.
-  const long pause_cycle = test_hooks_.pause_cycle_of(topology().rank);
+  const TestHooks& hooks = services_->test_hooks();
+  const long pause_cycle = hooks.pause_cycle_of(topology().rank);
+  detail::WakeSignal& signal = *services_->wake();
   try {
     for (long cycles = 0;; ++cycles) {
       if (cycles == pause_cycle)
-        std::this_thread::sleep_for(std::chrono::duration<double>(test_hooks_.pause_seconds));
+        std::this_thread::sleep_for(std::chrono::duration<double>(hooks.pause_seconds));
       bool shutdown = false;
       bool worked = false;  // this cycle performed an operation: the job is active
       bool waited = false;  // a user thread was blocked on requests this cycle popped
@@ -149,12 +155,12 @@ void Runtime::loop() {
         // The cycle's MPI calls and the executor's take turns with a one-rank job's inline
         // operations (enqueue_one), which use the same communicators from a user thread.
         std::lock_guard<std::mutex> lock(exec_mu_);
-        waited = wake_.waited();
-        wake_.cycles.fetch_add(1, std::memory_order_release);
+        waited = signal.waited();
+        signal.cycles.fetch_add(1, std::memory_order_release);
         const Controller::CycleFlags mine{.shutdown = shutdown_requested_.load(),
                                           .stop = hvd::stop_requested()};
-        shutdown =
-            sets_->cycle(mine, timeline_.get(), &worked, topology().size > 1 ? &pacer : nullptr);
+        shutdown = sets_->cycle(mine, services_->timeline(), &worked,
+                                topology().size > 1 ? &pacer : nullptr);
       }
       if (shutdown) break;
       if (sets_->check_stalls()) {  // the next cycle delivers the errors and stops every rank
@@ -184,7 +190,7 @@ void Runtime::loop() {
         if (set != world_) set->release(broken_);
       }
   }
-  watchdog_->background_stopped();
+  services_->watchdog().background_stopped();
 }
 
 // Order: the background thread, the watchdog, the GPU work, the timeline, then (unless a peer was
@@ -193,13 +199,12 @@ void Runtime::shutdown() {
   if (finished_) return;
   finished_ = true;
   shutdown_requested_ = true;
-  wake_.notify();
+  services_->wake()->notify();
   if (thread_.joinable()) thread_.join();
-  if (watchdog_) watchdog_->stop();
+  services_->stop_watchdog();
   std::lock_guard<std::mutex> no_inline_op(exec_mu_);  // a user thread's single-rank op finishes
-  copy_workers_.reset();  // joins the copy helpers (no op runs any more)
-  if (gpu_backend_) gpu_backend_->shutdown();
-  if (timeline_) timeline_->close();
+  services_->stop_gpu_work();  // joins the copy helpers (no op runs any more), then the GPU work
+  services_->close_timeline();
   if (broken_) {
     // Its communicators may involve a lost peer: do not touch them. Kept reachable on purpose (a
     // leak checker would otherwise report it): the process is going down anyway.
@@ -211,8 +216,7 @@ void Runtime::shutdown() {
     HVD_LOG(Warning) << "not finalising MPI after a communication failure";
     return;
   }
-  if (watchdog_) watchdog_->free_communicator();
-  gpu_backend_.reset();
+  services_->free_communicators();  // the watchdog's, then the GPU backend's
   world_->release(false);
   if (owns_mpi_) {
     int finalized = 0;

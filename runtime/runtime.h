@@ -1,12 +1,12 @@
 #pragma once
 
-// The process-wide runtime: its lifecycle. It initialises MPI (unless the program did), builds
-// what every process set shares (the GPU backend, the fusion buffer, the copy helpers, the
-// watchdog, rank 0's timeline) and the global process set (runtime/process_set.h: communicators,
-// queue, controller, ops, executor), adds and removes the other sets when every rank asks for it,
-// runs the background thread that cycles through the sets, and takes it all down in order on
-// shutdown. The free functions of the public API delegate to the one Runtime instance
-// (runtime/api.cc).
+// The process-wide runtime: its lifecycle. It initialises MPI (unless the program did), builds the
+// global process set (runtime/process_set.h: communicators, queue, controller, ops, executor) and
+// what every process set shares (runtime/services.h: the GPU backend, the fusion buffer, the copy
+// helpers, the watchdog, rank 0's timeline, the live parameters), adds and removes the other sets
+// when every rank asks for it, runs the background thread that cycles through the sets, and takes
+// it all down in order on shutdown. The free functions of the public API delegate to the one
+// Runtime instance (runtime/api.cc).
 //
 // Threading: the constructor and shutdown() run on a user thread (both are collective over MPI);
 // from construction to shutdown, every MPI call on the world's communicators is made by the
@@ -25,30 +25,18 @@
 
 #include "cluster/gpu_assignment.h"
 #include "comm/mpi_context.h"
-#include "comm/watchdog.h"
 #include "common/config.h"
 #include "hvd/collectives.h"
-#include "ops/copy_workers.h"
-#include "ops/fusion_buffer.h"
-#include "ops/gpu_backend.h"
-#include "ops/operation_manager.h"
-#include "runtime/controller.h"
-#include "runtime/executor.h"
 #include "runtime/process_set.h"
-#include "runtime/stall_inspector.h"
+#include "runtime/services.h"
 #include "runtime/straggler.h"
 #include "runtime/tensor_queue.h"
-#include "runtime/test_hooks.h"
-#include "runtime/timeline.h"
 
 namespace hvd {
 
 class Runtime {
  public:
-  // Returns the program's peer-loss handler (empty: none), called on the watchdog thread when a
-  // lost peer leaves this rank blocked in MPI, before HVD_ON_PEER_LOSS applies (comm/watchdog.h);
-  // hvd::set_peer_loss_handler() in runtime/api.cc.
-  using PeerLossHandler = std::function<std::function<void(const std::string& message)>()>;
+  using PeerLossHandler = SharedServices::PeerLossHandler;
 
   // Initialises MPI unless it is already (then `owns_mpi` is false and MPI is never finalised by
   // us), builds the communicators and starts the background thread.
@@ -56,8 +44,8 @@ class Runtime {
   ~Runtime();
 
   const comm::MpiTopology& topology() const { return world_->mpi().topology(); }
-  const Config& config() const { return config_; }
-  const cluster::GpuAssignment& gpu_assignment() const { return gpu_; }
+  const Config& config() const { return services_->config(); }
+  const cluster::GpuAssignment& gpu_assignment() const { return services_->gpu_assignment(); }
 
   // Deterministic reductions (HVD_DETERMINISTIC; hvd::set_deterministic()): read by every
   // reduction's submission, which carries it to rank 0 (any thread).
@@ -66,15 +54,20 @@ class Runtime {
 
   // The global set's straggler measures (runtime/straggler.h; any thread); null in a job of one
   // rank. hvd::straggler_report() takes its window outside the runtime's count of calls (it waits).
-  std::shared_ptr<StragglerWindow> straggler_window() const { return straggler_; }
+  std::shared_ptr<StragglerWindow> straggler_window() const {
+    return services_->straggler_window();
+  }
   // The live parameters (runtime/parameters.h) and, with HVD_AUTOTUNE, their tuner (null: none).
-  const Parameters& parameters() const { return *params_; }
-  std::shared_ptr<const Autotuner> tuner() const { return tuner_; }
+  const Parameters& parameters() const { return services_->parameters(); }
+  std::shared_ptr<const Autotuner> tuner() const { return services_->tuner(); }
 
   // The global process set (any thread; lives as long as the runtime).
   ProcessSetState& world() { return *world_; }
   // Every process set by id (runtime/process_set.h; lookups from any thread).
   ProcessSetTable& process_sets() { return *sets_; }
+  // Wakes the background thread (runtime/handle.h): a first request, shutdown, a user thread
+  // blocked on a queued request. Each handle that goes through a queue keeps it (any thread).
+  const std::shared_ptr<detail::WakeSignal>& wake_signal() const { return services_->wake(); }
 
   // Hands tensors to `set`'s queue; the handle completes when all of them are done.
   // Throws InvalidArgumentError for a name already in flight, or the runtime's failure after the
@@ -97,12 +90,10 @@ class Runtime {
   void shutdown();
 
  private:
-  // runtime/wiring.cc: built in this order by the constructor.
+  // runtime/wiring.cc: MPI and the global set's communicators, built first by the constructor.
   void build_world();
   int init_mpi();  // returns the thread level MPI provides
-  void build_operations();
-  void build_controller(PeerLossHandler on_peer_loss);
-  void wake();  // after the first request since the last cycle
+  void wake();     // after the first request since the last cycle
   // add(): TensorQueue::add or add_one; wakes the background thread when it says so. `names`: the
   // timeline's spans to open (empty without a timeline).
   template <class Add>
@@ -112,23 +103,13 @@ class Runtime {
 
   // Built by the constructor and torn down by shutdown(), both on the user thread that runs
   // init()/shutdown(); in between used by the background thread, except where a comment says.
-  Config config_;
-  TestHooks test_hooks_;  // HVD_TEST_* (runtime/test_hooks.h), read once from config_
+  // Destroyed in reverse: the sets, then what they share, then the global set's communicators.
   bool owns_mpi_ = false;
-  bool thread_multiple_ = false;            // MPI provides MPI_THREAD_MULTIPLE
-  bool finished_ = false;                   // shutdown() ran
-  std::shared_ptr<ProcessSetState> world_;  // its communicators first: the rest is built on them
-  ops::FusionBuffer fusion_buffer_;
-  std::unique_ptr<ops::CopyWorkers> copy_workers_;  // before the sets' ops: they point to it
-  cluster::GpuAssignment gpu_;
-  std::unique_ptr<ops::GpuBackend> gpu_backend_;  // before the sets' ops: they point into it
-  std::unique_ptr<comm::Watchdog> watchdog_;      // its own thread; before its users below
-  std::unique_ptr<Timeline> timeline_;            // rank 0 only, with HVD_TIMELINE; any thread
-  std::shared_ptr<StragglerWindow> straggler_;    // the global set's measures; null: one rank
-  std::shared_ptr<Parameters> params_;            // live: the background thread reads each cycle
-  std::shared_ptr<Autotuner> tuner_;              // HVD_AUTOTUNE in a job of 2+ ranks; else null
-  SetShared shared_;                              // what start() gives every set
-  std::unique_ptr<ProcessSetTable> sets_;         // the global set, then those added
+  bool thread_multiple_ = false;              // MPI provides MPI_THREAD_MULTIPLE
+  bool finished_ = false;                     // shutdown() ran
+  std::shared_ptr<ProcessSetState> world_;    // its communicators first: the rest is built on them
+  std::unique_ptr<SharedServices> services_;  // the Config from the start; the rest on world_
+  std::unique_ptr<ProcessSetTable> sets_;     // the global set, then those added
 
   // Shared by user threads and the background thread.
   std::atomic<bool> shutdown_requested_{false};
@@ -138,9 +119,6 @@ class Runtime {
   // thread running an operation of a one-rank job itself (enqueue_one): they take turns with the
   // ops, the fusion buffer and the communicators.
   std::mutex exec_mu_;
-  // Wakes the background thread: a first request, shutdown, a user thread blocked on a queued
-  // request (runtime/handle.h).
-  detail::WakeSignal& wake_ = detail::WakeSignal::get();
 
   std::thread thread_;  // the background thread: loop()
 };

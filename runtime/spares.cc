@@ -4,6 +4,8 @@
 #include <mutex>
 #include <utility>
 
+#include "common/thread_cache.h"
+
 namespace hvd::detail {
 namespace {
 
@@ -20,37 +22,15 @@ Pool& pool() {
   return *p;
 }
 
-// The calling thread's spares, taken from the pool kRefill at a time, freed with the thread.
-// The thread-local variables are a pointer and a flag (trivially destructible, so still readable
-// while the thread, or the process, exits): a program may submit from a destructor that runs after
-// the stash is gone (a static object's at exit, another thread_local's), and then goes to the pool
-// directly. initial-exec: a load relative to the thread pointer, where the shared library's
-// default model calls __tls_get_addr on every access (~40 instructions; it doubled the cost of a
-// take); 9 bytes, well within the static TLS space glibc keeps for libraries opened with dlopen.
+// The calling thread's spares, taken from the pool kRefill at a time, freed with the thread
+// (common/thread_cache.h): null once the thread is exiting, since a program may submit from a
+// destructor that runs after the stash is gone (a static object's at exit, another
+// thread_local's); then it goes to the pool directly.
 struct Stash {
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
 };
-thread_local Stash* tls_stash __attribute__((tls_model("initial-exec"))) = nullptr;
-thread_local bool tls_stash_gone __attribute__((tls_model("initial-exec"))) = false;
-
-struct StashOwner {
-  ~StashOwner() {
-    Stash* s = tls_stash;
-    tls_stash = nullptr;
-    tls_stash_gone = true;
-    delete s;
-  }
-};
-
-// This thread's stash, made on first use; null once the thread is exiting.
-Stash* my_stash() {
-  if (tls_stash) return tls_stash;
-  if (tls_stash_gone) return nullptr;
-  static thread_local StashOwner owner;  // its destructor frees the stash at the thread's exit
-  tls_stash = new Stash;
-  return tls_stash;
-}
+Stash* my_stash() { return ThreadStash<Stash>::get(); }
 
 // Moves up to n spares from the pool to *mine, under the pool's lock; returns whether any came.
 template <class T>

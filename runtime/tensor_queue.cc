@@ -22,6 +22,11 @@ bool TensorQueue::in_flight_locked(const std::string& name, uint64_t h) const {
   return l >= 0 && lanes_[l].busy();
 }
 
+void TensorQueue::stamp_handle(detail::HandleState& handle) const {
+  handle.popped_by = wake_->pops.load() + 1;
+  handle.wake = wake_;
+}
+
 bool TensorQueue::stamp_locked(std::chrono::steady_clock::time_point now) {
   const bool first = requests_.empty() && ready_.empty();
   if (first) first_request_ = now;
@@ -42,7 +47,7 @@ bool TensorQueue::add(std::vector<TensorTableEntry> entries, std::vector<Request
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) detail::throw_error(close_kind_, close_message_);
   if (!requests.empty() && !entries.empty() && entries[0].handle)
-    entries[0].handle->popped_by = detail::WakeSignal::get().pops.load() + 1;  // shared by all
+    stamp_handle(*entries[0].handle);  // shared by all
   // Placed one by one, each looked up first among the entries in flight, those placed before it
   // in this call included (a name twice in one group): one hash and one probe per entry. On a
   // clash the ones placed are taken out again, and nothing is added.
@@ -101,7 +106,7 @@ void TensorQueue::add_entry(TensorTableEntry&& entry, int rank) {
 
 bool TensorQueue::add_one(TensorTableEntry&& entry, Request&& request) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (entry.handle) entry.handle->popped_by = detail::WakeSignal::get().pops.load() + 1;
+  if (entry.handle) stamp_handle(*entry.handle);
   request.name_hash = insert_locked(std::move(entry), request.rank);  // the same name
   return push_request_locked(std::move(request), std::chrono::steady_clock::now());
 }
@@ -149,7 +154,7 @@ TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef
   l.caller_name = name.data();
   l.last_handle = handle.get();
   prefetch_next_locked(l);
-  handle->popped_by = detail::WakeSignal::get().pops.load() + 1;
+  stamp_handle(*handle);
   l.entry.input = std::move(in);
   l.entry.output = std::move(out);
   l.entry.handle = handle;
@@ -170,7 +175,7 @@ TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef
 void TensorQueue::pop_requests(std::vector<Request>* out, std::vector<uint32_t>* lanes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (requests_.empty() && ready_.empty()) return;
-  detail::WakeSignal::get().pops.fetch_add(1, std::memory_order_release);
+  wake_->pops.fetch_add(1, std::memory_order_release);
   if (out->empty()) {
     out->swap(requests_);  // requests_ gets the caller's (cleared) buffer back: no copies
   } else {
@@ -394,10 +399,9 @@ void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {
     slots_.clear();
     free_.clear();
     index_.clear();
-    // The requests are dropped, as good as taken: a thread still blocked on one must not close a
-    // later runtime's first fusion window (runtime/handle.h, WakeSignal).
-    if (!requests_.empty() || !ready_.empty())
-      detail::WakeSignal::get().pops.fetch_add(1, std::memory_order_release);
+    // The requests are dropped, as good as taken: a thread still blocked on one must not close the
+    // fusion windows of the runtime's other sets, which share the signal (runtime/handle.h).
+    if (!requests_.empty() || !ready_.empty()) wake_->pops.fetch_add(1, std::memory_order_release);
     requests_.clear();
     ready_.clear();
   }

@@ -58,6 +58,12 @@ struct TensorTableEntry {
 
 class TensorQueue {
  public:
+  // `wake`: the runtime's signal (runtime/handle.h), whose pop count this queue keeps and stamps
+  // on each handle; by default a signal of its own (a queue alone, in tests).
+  explicit TensorQueue(
+      std::shared_ptr<detail::WakeSignal> wake = std::make_shared<detail::WakeSignal>())
+      : wake_(std::move(wake)) {}
+
   // Throws InvalidArgumentError (nothing added) when a name is already in flight, or the closing
   // error after close(). Returns true when these are the first requests since the last
   // pop_requests() (the caller wakes the background thread, runtime/runtime.cc).
@@ -135,7 +141,11 @@ class TensorQueue {
   size_t size() const;
 
  private:
+  const std::shared_ptr<detail::WakeSignal> wake_;
   mutable std::mutex mu_;
+  // Under mu_: the pop that will take `handle`'s requests, and the signal that counts the pops
+  // (runtime/handle.h, HandleState::popped_by).
+  void stamp_handle(detail::HandleState& handle) const;
   // The entries in flight: a slab of slots (empty ones reused through a free list), found by name
   // through index_ (no node and no copy of the name per tensor; runtime/name_index.h).
   struct Slot {

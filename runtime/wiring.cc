@@ -1,7 +1,8 @@
 // How the runtime is put together from its Config: MPI's initialisation, the global set's
-// communicators, what every process set shares (GPU backend, copy helpers, watchdog, timeline) and
-// the options each set's controller and stall inspector are built with (runtime/process_set.cc).
-// The Runtime's lifecycle itself is runtime/runtime.cc.
+// communicators (Runtime), what every process set shares (SharedServices, runtime/services.h: GPU
+// backend, copy helpers, watchdog, timeline, parameters) and the options each set's controller and
+// stall inspector are built with (runtime/process_set.cc). The Runtime's lifecycle itself is
+// runtime/runtime.cc.
 #include <cstdlib>
 
 #include "cluster/env_resolver.h"
@@ -11,6 +12,7 @@
 #include "hvd/error.h"
 #include "runtime/group_unit.h"
 #include "runtime/runtime.h"
+#include "runtime/services.h"
 
 namespace hvd {
 namespace {
@@ -54,13 +56,14 @@ void Runtime::build_world() {
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   std::vector<int> everyone(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) everyone[static_cast<size_t>(r)] = r;
+  const int fake_local_size = services_->test_hooks().fake_local_size;
   world_ = std::make_shared<ProcessSetState>(0, std::move(everyone), rank, MPI_COMM_WORLD,
-                                             test_hooks_.fake_local_size);
+                                             fake_local_size, services_->wake());
   set_log_rank(rank);
   if (provided < MPI_THREAD_MULTIPLE)
     HVD_LOG(Warning) << "MPI provides " << thread_level_name(provided)
                      << ": do not make MPI calls on other threads while hvd is running.";
-  check_placement(topology(), test_hooks_.fake_local_size);
+  check_placement(topology(), fake_local_size);
 }
 
 int Runtime::init_mpi() {
@@ -91,8 +94,8 @@ int Runtime::init_mpi() {
 }
 
 // The GPU assignment, the GPU contexts and the copy helpers, which every set's ops use.
-void Runtime::build_operations() {
-  const auto& topo = topology();
+void SharedServices::build_operations(ProcessSetState& world) {
+  const auto& topo = world.mpi().topology();
   const cluster::GpuAssignmentInput gin{topo.local_rank, topo.local_size,
                                         ops::GpuBackend::visible_devices()};
   gpu_ = cluster::assign_gpu(gin, process_env_lookup());
@@ -100,7 +103,7 @@ void Runtime::build_operations() {
   if (gpu_.device >= 0 && !gpu_.note.empty()) HVD_LOG(Warning) << gpu_.note;
   // NCCL communicators are collective: every rank must take the same decision.
   int shared = gpu_.shared ? 1 : 0;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_LOR, world_->mpi().world()));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_LOR, world.mpi().world()));
   ops::GpuBackendOptions go;
   go.device = gpu_.device;
   go.use_nccl = config_.gpu_operations != GpuOperations::kMpi && !shared;
@@ -110,7 +113,7 @@ void Runtime::build_operations() {
   if (gpu_.device >= 0 && config_.gpu_operations != GpuOperations::kMpi && shared && topo.rank == 0)
     HVD_LOG(Warning)
         << "several ranks share a GPU: CUDA tensors go through host-staged MPI instead of NCCL.";
-  gpu_backend_ = std::make_unique<ops::GpuBackend>(world_->mpi(), go);
+  gpu_backend_ = std::make_unique<ops::GpuBackend>(world.mpi(), go);
 #if HVD_HAVE_NCCL
   // The NCCL path compresses fp16 only, so its CUDA tensors stay uncompressed under bf16.
   if (config_.compression == Compression::kBf16 && topo.rank == 0 &&
@@ -131,23 +134,25 @@ void Runtime::build_operations() {
 
 // The timeline (rank 0), the watchdog, and the options of every set's controller and stall
 // inspector (runtime/process_set.h builds them).
-void Runtime::build_controller(PeerLossHandler on_peer_loss) {
+void SharedServices::build_controller(ProcessSetState& world, bool thread_multiple,
+                                      PeerLossHandler on_peer_loss) {
+  const auto& topo = world.mpi().topology();
   StallOptions so;
   so.check_seconds = config_.stall_check_time_seconds;
   so.shutdown_seconds = config_.stall_shutdown_time_seconds;
   so.disabled = config_.stall_check_disable;
   ControllerOptions co;
   co.fast_path_patience_seconds = StallInspector(so).fast_path_patience_seconds();
-  if (topology().rank == 0 && !config_.timeline_path.empty())
+  if (topo.rank == 0 && !config_.timeline_path.empty())
     timeline_ = std::make_unique<Timeline>(config_.timeline_path, config_.timeline_mark_cycles);
   params_ = std::make_shared<Parameters>(
       ParameterValues{.fusion_threshold_bytes = config_.fusion_threshold_bytes,
                       .cycle_time_ms = config_.cycle_time_ms,
                       .fusion_window_us = config_.fusion_window_us});
   co.params = params_;
-  if (config_.autotune && topology().size > 1) {
+  if (config_.autotune && topo.size > 1) {
     AutotuneOptions ao;
-    ao.rank = topology().rank;
+    ao.rank = topo.rank;
     ao.warmup_steps = static_cast<int>(config_.autotune_warmup_steps);
     ao.steps_per_trial = static_cast<int>(config_.autotune_steps_per_trial);
     ao.trial_seconds = config_.autotune_trial_seconds;
@@ -161,8 +166,8 @@ void Runtime::build_controller(PeerLossHandler on_peer_loss) {
   co.peer_timeout_seconds = config_.peer_timeout_seconds;
   co.cache_capacity = static_cast<size_t>(config_.cache_capacity);
   co.lanes = config_.cached_lanes;
-  if (topology().size > 1) {
-    straggler_ = std::make_shared<StragglerWindow>(topology().size, config_.straggler_threshold_ms,
+  if (topo.size > 1) {
+    straggler_ = std::make_shared<StragglerWindow>(topo.size, config_.straggler_threshold_ms,
                                                    timeline_.get());
     co.straggler = straggler_;
   }
@@ -181,24 +186,24 @@ void Runtime::build_controller(PeerLossHandler on_peer_loss) {
   wo.peer_timeout_seconds = config_.peer_timeout_seconds;
   wo.action = config_.on_peer_loss;
   wo.handler = std::move(on_peer_loss);
-  watchdog_ = std::make_unique<comm::Watchdog>(world_->mpi().world(), topology().rank,
-                                               topology().size, thread_multiple_, wo);
+  watchdog_ = std::make_unique<comm::Watchdog>(world.mpi().world(), topo.rank, topo.size,
+                                               thread_multiple, wo);
   if (watchdog_->probes()) {
     // Before blaming rank 0 for silence, ask its watchdog whether it is alive (then it is only
     // busy, e.g. stuck with the really lost rank, and will name it).
     co.unresponsive = [w = watchdog_.get()](const std::vector<int>& r) { return w->probe(r); };
     co.announce_lost = [w = watchdog_.get()](const std::vector<int>& l) { w->announce_lost(l); };
   }
-  shared_.config = &config_;
-  shared_.fusion_buffer = &fusion_buffer_;
-  shared_.copy_workers = copy_workers_.get();
-  shared_.gpu = gpu_backend_.get();
-  shared_.watchdog = watchdog_.get();
-  shared_.timeline = timeline_.get();
-  shared_.controller = std::move(co);
-  shared_.stall = so;
-  shared_.test_hooks = &test_hooks_;
-  const auto& topo = topology();
+  view_.config = &config_;
+  view_.fusion_buffer = &fusion_buffer_;
+  view_.copy_workers = copy_workers_.get();
+  view_.gpu = gpu_backend_.get();
+  view_.watchdog = watchdog_.get();
+  view_.timeline = timeline_.get();
+  view_.controller = std::move(co);
+  view_.stall = so;
+  view_.test_hooks = &test_hooks_;
+  view_.wake = wake_;
   HVD_LOG(Debug) << "initialised: rank " << topo.rank << "/" << topo.size << ", local "
                  << topo.local_rank << "/" << topo.local_size << ", cross " << topo.cross_rank
                  << "/" << topo.cross_size

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "common/backoff.h"
@@ -74,14 +75,14 @@ TEST(WaitPoll, TheVariableIsParsedAndChecked) {
 // after the poll (the waiter then sleeps on the condition variable), returns either way; a failure
 // is thrown either way.
 TEST(WaitPoll, HandleWaitReturnsWhetherTheCompletionComesDuringOrAfterThePoll) {
-  detail::WakeSignal& signal = detail::WakeSignal::get();
-  const int64_t saved = signal.poll_us.load();
+  auto signal = std::make_shared<detail::WakeSignal>();  // a runtime's (runtime/services.h)
   for (int64_t poll : {int64_t{0}, int64_t{50}, int64_t{100'000}}) {
-    signal.poll_us = poll;
+    signal->poll_us = poll;
     for (int delay_us : {0, 200, 20'000}) {
       SCOPED_TRACE("poll " + std::to_string(poll) + " us, completion after " +
                    std::to_string(delay_us) + " us");
       auto state = detail::make_handle_state(2);
+      state->wake = signal;  // as the queue stamps it
       Handle h(state);
       std::thread t([&] {
         std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
@@ -93,6 +94,7 @@ TEST(WaitPoll, HandleWaitReturnsWhetherTheCompletionComesDuringOrAfterThePoll) {
       t.join();
 
       auto failing = detail::make_handle_state(1);
+      failing->wake = signal;
       Handle f(failing);
       std::thread u([&] {
         std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
@@ -102,7 +104,6 @@ TEST(WaitPoll, HandleWaitReturnsWhetherTheCompletionComesDuringOrAfterThePoll) {
       u.join();
     }
   }
-  signal.poll_us = saved;
 }
 
 }  // namespace
