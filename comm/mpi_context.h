@@ -41,10 +41,10 @@ namespace hvd::comm {
 //   recorded. The mutex cannot order a copy that the background thread reads before its own call
 //   returns (the received fragment that Open MPI reduces inside MPI_Allreduce): TSan reported each
 //   of those elements as a race, every report then dropped by the `race:mca_` suppression, and
-//   handling them held the thread for tens of seconds; when that thread was inside Open MPI's
-//   shared-memory progress, which one thread of a process runs at a time (the vader BTL's
-//   try-lock), the whole process received nothing, its watchdog's answers included: the other
-//   ranks declared it lost (issue 42, docs/reliability.md "A false lost rank under TSan").
+//   handling them held the thread for tens of seconds (seen with gdb). Such a storm on a thread
+//   inside Open MPI's shared-memory progress, which one thread of a process runs at a time (the
+//   vader BTL's try-lock), leaves the whole process deaf, its watchdog's answers included: the
+//   likely cause of healthy ranks declared lost under TSan (issue 42, docs/reliability.md).
 // In other builds both are empty.
 std::recursive_mutex& mpi_progress_mutex();
 
