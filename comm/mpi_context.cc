@@ -22,6 +22,16 @@ std::recursive_mutex& mpi_progress_mutex() {
   return mu;
 }
 
+void enter_mpi_progress_scope() {
+  mpi_progress_mutex().lock();
+  if constexpr (kThreadSanitizer) __tsan_ignore_thread_begin();
+}
+
+void leave_mpi_progress_scope() {
+  if constexpr (kThreadSanitizer) __tsan_ignore_thread_end();
+  mpi_progress_mutex().unlock();
+}
+
 namespace {
 
 template <DataType D, ReduceOp O>

@@ -26,14 +26,25 @@ namespace hvd::comm {
 // Under ThreadSanitizer only: the ordering Open MPI gives two threads that both call it, made
 // visible. Open MPI is not built with TSan. A thread other than the background thread that calls
 // MPI (the watchdog, answering liveness probes every 100 ms) runs MPI's progress engine, which may
-// copy a fragment of the background thread's collective into hvd's buffer (or run hvd's fp16
-// reduction on it); the background thread reads that buffer once its own call returns. Open MPI's
-// atomics order the two, but TSan cannot see them and reported the read as a race with the
-// watchdog's write (docs/reliability.md). So in a TSan build MPI_CHECK ends with
-// mpi_progress_seen() and the watchdog holds an MpiProgressScope around its own MPI calls: both
-// take one mutex, so what MPI did inside a watchdog call happens-before what a thread does after
-// its next checked MPI call, as it does in fact. Never while a thread is inside an MPI call of its
-// own (a scope's thread takes the mutex before its call), so no lock order with MPI's own locks.
+// copy a fragment of the background thread's collective into hvd's buffer or into Open MPI's own
+// temporary buffer (or run hvd's fp16 reduction on it); the background thread reads that buffer
+// once its own call returns, or inside the same call (the reduction of the received fragment).
+// Open MPI's atomics order the two, but TSan cannot see them and reported the read as a race with
+// the watchdog's write (docs/reliability.md). So in a TSan build:
+// - MPI_CHECK ends with mpi_progress_seen() and the watchdog holds an MpiProgressScope around its
+//   own MPI calls: both take one mutex, so what MPI did inside a watchdog call happens-before what
+//   a thread does after its next checked MPI call, as it does in fact. Never while a thread is
+//   inside an MPI call of its own (a scope's thread takes the mutex before its call), so no lock
+//   order with MPI's own locks.
+// - Inside a scope TSan ignores the thread's memory accesses (__tsan_ignore_thread_begin): the
+//   copies that the progress engine makes there for the background thread's collective are not
+//   recorded. The mutex cannot order a copy that the background thread reads before its own call
+//   returns (the received fragment that Open MPI reduces inside MPI_Allreduce): TSan reported each
+//   of those elements as a race, every report then dropped by the `race:mca_` suppression, and
+//   handling them held the thread for tens of seconds (seen with gdb). Such a storm on a thread
+//   inside Open MPI's shared-memory progress, which one thread of a process runs at a time (the
+//   vader BTL's try-lock), leaves the whole process deaf, its watchdog's answers included: the
+//   likely cause of healthy ranks declared lost under TSan (issue 42, docs/reliability.md).
 // In other builds both are empty.
 std::recursive_mutex& mpi_progress_mutex();
 
@@ -41,13 +52,18 @@ inline void mpi_progress_seen() {
   if constexpr (kThreadSanitizer) std::lock_guard<std::recursive_mutex> lock(mpi_progress_mutex());
 }
 
+// TSan builds only (mpi_context.cc): the scope's mutex and TSan's ignoring of the thread's
+// accesses.
+void enter_mpi_progress_scope();
+void leave_mpi_progress_scope();
+
 class MpiProgressScope {
  public:
   MpiProgressScope() {
-    if constexpr (kThreadSanitizer) mpi_progress_mutex().lock();
+    if constexpr (kThreadSanitizer) enter_mpi_progress_scope();
   }
   ~MpiProgressScope() {
-    if constexpr (kThreadSanitizer) mpi_progress_mutex().unlock();
+    if constexpr (kThreadSanitizer) leave_mpi_progress_scope();
   }
   MpiProgressScope(const MpiProgressScope&) = delete;
   MpiProgressScope& operator=(const MpiProgressScope&) = delete;

@@ -4,6 +4,12 @@
 // __SANITIZE_THREAD__, clang answers __has_feature (whatever flags the build was given, so not a
 // definition of hvd's own CMake).
 
+// TSan's runtime: while a thread is inside begin/end (counted, so nested pairs are fine), TSan
+// records none of its memory accesses, its interceptors' (memcpy) included; its synchronisation
+// still counts. Call only where kThreadSanitizer (a reference elsewhere would not link).
+extern "C" void __tsan_ignore_thread_begin();
+extern "C" void __tsan_ignore_thread_end();
+
 namespace hvd {
 
 #if defined(__has_feature)
