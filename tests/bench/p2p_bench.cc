@@ -2,8 +2,9 @@
 // the same ranks, measured in one process in interleaved rounds:
 //  1. ping-pong between ranks 0 and 1 (hvd::send then hvd::recv, and back), per size: the median
 //     round trip over `--iters`, hvd against MPI_Send/MPI_Recv on a duplicate of MPI_COMM_WORLD;
-//  2. with 3 ranks or more: an all-reduce over the process set {0, 1} (the other ranks idle), the
-//     median time per call, hvd against MPI_Allreduce on a communicator of ranks 0 and 1.
+//  2. with 3 ranks or more, the other ranks idle: the same ping-pong inside the process set {0, 1}
+//     (4 B and 64 KiB), and an all-reduce over it, the median time per call, hvd against MPI on a
+//     communicator of ranks 0 and 1.
 // Every received value is checked ("wrong values: 0" at the end; anything else fails the run).
 //
 //   mpirun --oversubscribe --bind-to none -np 3 build/tests/bench/p2p_bench --rounds 5
