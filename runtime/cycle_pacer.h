@@ -39,12 +39,12 @@ class CyclePacer {
   // between two of its cycles, as pace(), returning by `until` at the latest.
   std::chrono::steady_clock::duration run_budget() const { return params_.cycle(); }
   void pace_in_run(bool waited, bool worked, std::chrono::steady_clock::time_point until);
-  // Before each cycle of a run: whether a user thread was blocked on queued requests (pace_in_run's
-  // `waited`). A run's cycles are not counted in WakeSignal::cycles: a user thread blocked on an
-  // operation of another set that wants the next cycle (cycle_wanted) wants the next loop's, and
+  // Whether a user thread is blocked on queued requests (pace_in_run's `waited`, read before each
+  // cycle of a run). A run's cycles are not counted in WakeSignal::cycles: a user thread blocked on
+  // an operation of another set that wants the next cycle (cycle_wanted) wants the next loop's, and
   // counting them made the run's waits ignore it (a pipeline stage's sends on the global set then
   // waited up to one cycle time after its set's all-reduce).
-  bool run_cycle_starts() const { return wake_.waited(); }
+  bool waited() const { return wake_.waited(); }
   bool stopping() const { return stopping_.load(); }
 
  private:

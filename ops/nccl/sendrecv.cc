@@ -1,6 +1,8 @@
 // Point-to-point over NCCL: ncclSend at the sender, ncclRecv at the receiver, on the pair's own
 // communicator (NcclContext::pair: world() is created by every rank, and only these two run the
 // response). The batch's tensors go in one NCCL group, in the order both ends list them.
+#include <string>
+
 #include "hvd/error.h"
 #include "ops/nccl/nccl_ops.h"
 
@@ -17,9 +19,9 @@ void NcclSendRecv::execute(OpBatch& batch) {
   NCCL_CHECK(ncclGroupStart());
   for (auto& e : batch.entries) {
     if (e.output.device().kind != Device::kCUDA)
-      throw InternalError(
-          "send/recv of '" + e.name +
-          "' failed: a host tensor reached the NCCL send/recv; please report this.");
+      throw InternalError("send/recv of '" + e.name + "' failed on rank " + std::to_string(me) +
+                          ": a host tensor reached the NCCL send/recv, which takes CUDA tensors "
+                          "only; please report this (HVD_GPU_OPERATIONS=MPI avoids this path).");
     const size_t bytes = e.output.size_bytes();
     if (bytes == 0) continue;
     if (sender)
