@@ -177,3 +177,32 @@ foreach(_x CUDA NCCL CUDNN)
     set(HVD_HAVE_${_x}_01 0)
   endif()
 endforeach()
+
+# hvd_enable_cuda(): enables CUDA in the calling directory (a macro: the flags below are directory
+# variables). CMake 3.25 predates nvcc's C++20 support (CUDA 12+) and knows no flag for it;
+# hvd/tensor.h needs C++20, as the rest of hvd, so the directory learns the flag when CMake does
+# not know it.
+macro(hvd_enable_cuda)
+  enable_language(CUDA)
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.0)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
+endmacro()
+
+# hvd_add_cuda_kernels(target sources...): a static library of hvd's own kernels, linked into libhvd
+# (call hvd_enable_cuda() in the directory first). No relocatable device code, so no device link
+# step; sm_90 code and PTX by default (HVD_CUDA_ARCHITECTURES); C++20; hvd's include roots.
+function(hvd_add_cuda_kernels target)
+  add_library(${target} STATIC ${ARGN})
+  set_target_properties(${target} PROPERTIES
+    CUDA_ARCHITECTURES "${HVD_CUDA_ARCHITECTURES}"
+    CUDA_STANDARD 20
+    CUDA_STANDARD_REQUIRED ON
+    CUDA_RUNTIME_LIBRARY Shared
+    POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(${target} PRIVATE
+    ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/generated)
+  target_link_libraries(${target} PUBLIC CUDA::cudart)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
+endfunction()

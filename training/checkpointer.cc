@@ -24,6 +24,7 @@
 #include "hvd/error.h"
 #include "hvd/hvd.h"
 #include "training/checkpoint_io.h"
+#include "training/device.h"
 #include "training/safetensors.h"
 
 namespace hvd {
@@ -74,16 +75,59 @@ Status run_on_root(const std::string& what, F&& f) {
   }
 }
 
-std::vector<TensorBytes> to_bytes(const std::vector<NamedTensor>& tensors,
-                                  const std::string& what) {
+// Rank 0's host copies of CUDA tensors for the file I/O: one pinned buffer per tensor, so that
+// the copies are DMA on each tensor's stream.
+struct Staging {
+  struct Staged {
+    const NamedTensor* tensor;
+    training::PinnedBuffer host;
+  };
+  std::vector<Staged> staged;
+
+  // Tensor -> host copy (queued on each tensor's stream), then one wait per stream.
+  void download() {
+    for (auto& s : staged)
+      training::copy(training::place_of(s.tensor->tensor), s.tensor->tensor.data(),
+                     s.host.get(s.tensor->tensor.size_bytes()), s.tensor->tensor.size_bytes());
+    synchronize();
+  }
+  // Host copy -> tensor, the same way.
+  void upload() {
+    for (auto& s : staged)
+      training::copy(training::place_of(s.tensor->tensor),
+                     s.host.get(s.tensor->tensor.size_bytes()), s.tensor->tensor.data(),
+                     s.tensor->tensor.size_bytes());
+    synchronize();
+  }
+
+ private:
+  void synchronize() {
+    std::vector<std::pair<int, void*>> done;
+    for (auto& s : staged) {
+      const training::Place at = training::place_of(s.tensor->tensor);
+      const std::pair<int, void*> key{at.device.index, at.stream};
+      if (std::find(done.begin(), done.end(), key) != done.end()) continue;
+      training::synchronize(at);
+      done.push_back(key);
+    }
+  }
+};
+
+// The tensors as the file I/O sees them. A CUDA tensor is read and written through a pinned host
+// copy in `staging` (rank 0); without staging its device pointer only passes the validation.
+std::vector<TensorBytes> to_bytes(const std::vector<NamedTensor>& tensors, const std::string& what,
+                                  Staging* staging = nullptr) {
   std::vector<TensorBytes> out;
   out.reserve(tensors.size());
+  for (const auto& t : tensors)
+    training::require_device(t.tensor, what + ": tensor '" + t.name + "'");
   for (const auto& t : tensors) {
-    if (t.tensor.device().kind != Device::kCPU)
-      throw InvalidArgumentError(what + ": tensor '" + t.name + "' is on " +
-                                 device_name(t.tensor.device()) +
-                                 "; checkpoints take CPU tensors, copy it to host memory first");
-    out.push_back({t.name, t.tensor.dtype(), t.tensor.shape(), t.tensor.data()});
+    void* data = t.tensor.data();
+    if (staging != nullptr && t.tensor.device().kind != Device::kCPU) {
+      staging->staged.push_back({&t, {}});
+      data = staging->staged.back().host.get(t.tensor.size_bytes());
+    }
+    out.push_back({t.name, t.tensor.dtype(), t.tensor.shape(), data});
   }
   training::plan_layout(out);  // validates names, shapes and data pointers
   return out;
@@ -174,7 +218,9 @@ void Checkpointer::save(int64_t step, const std::vector<NamedTensor>& tensors,
               std::string("metadata key '") + key +
               "' is reserved (hvd writes step, format, checksum, checksum_algorithm); "
               "rename it");
-      auto bytes = to_bytes(tensors, "save");
+      Staging staging;
+      auto bytes = to_bytes(tensors, "save", &staging);
+      staging.download();  // CUDA tensors: copied now, so the write needs no device
       auto md = metadata;
       md["step"] = std::to_string(step);
       md["format"] = "hvd";
@@ -235,8 +281,9 @@ std::optional<int64_t> Checkpointer::restore_latest(const std::vector<NamedTenso
   // 1. Every rank's tensors are valid and all ranks agree on them.
   std::string local_error;
   std::vector<TensorBytes> targets;
+  Staging staging;  // rank 0 reads CUDA tensors' values into host copies, then uploads them
   try {
-    targets = to_bytes(tensors, "restore_latest");
+    targets = to_bytes(tensors, "restore_latest", me == 0 ? &staging : nullptr);
   } catch (const Error& e) {
     local_error = e.what();
   }
@@ -269,6 +316,7 @@ std::optional<int64_t> Checkpointer::restore_latest(const std::vector<NamedTenso
         }
         training::load_tensors(file.path, header,
                                targets);  // a mismatch throws InvalidArgumentError
+        staging.upload();
         return {kOk, file.step, encode_metadata(header.metadata)};
       }
       return {kNone, 0, {}};

@@ -10,6 +10,7 @@
 #include "common/dtype_math.h"
 #include "hvd/collectives.h"
 #include "hvd/error.h"
+#include "training/device.h"
 
 namespace hvd {
 namespace {
@@ -76,15 +77,38 @@ LossScaler::LossScaler(const LossScalerOptions& options)
   check_options(options_);
 }
 
+struct LossScaler::DeviceState {
+  training::OverflowCheck check;
+};
+
 bool LossScaler::unscale(const std::vector<TensorRef>& grads) const {
-  const double inverse = 1.0 / scale_;
-  bool overflow = false;
+  // Every gradient is checked before any is changed.
+  bool on_device = false;
   for (size_t t = 0; t < grads.size(); ++t) {
     const TensorRef& g = grads[t];
-    if (g.device().kind != Device::kCPU)
-      throw InvalidArgumentError("LossScaler::unscale: gradient " + std::to_string(t) + " is on " +
-                                 device_name(g.device()) +
-                                 "; the loss scaler unscales CPU tensors only.");
+    const std::string what = "LossScaler::unscale: gradient " + std::to_string(t);
+    switch (g.dtype()) {
+      case DataType::kFloat32:
+      case DataType::kFloat64:
+      case DataType::kFloat16:
+      case DataType::kBFloat16:
+        break;
+      default:
+        throw InvalidArgumentError(what + " has dtype " + dtype_name(g.dtype()) +
+                                   "; gradients must be float32, float64, float16 or bfloat16.");
+    }
+    training::require_device(g, what);
+    on_device |= g.device().kind != Device::kCPU;
+  }
+  if (on_device && !device_) device_ = std::make_shared<DeviceState>();
+
+  const double inverse = 1.0 / scale_;
+  bool overflow = false;
+  for (const TensorRef& g : grads) {
+    if (g.device().kind != Device::kCPU) {
+      device_->check.unscale(g, inverse);  // queued on g's stream
+      continue;
+    }
     const size_t n = static_cast<size_t>(g.num_elements());
     switch (g.dtype()) {
       case DataType::kFloat32:
@@ -97,16 +121,13 @@ bool LossScaler::unscale(const std::vector<TensorRef>& grads) const {
         overflow |= scale_and_check_16<half_to_float, float_to_half>(
             static_cast<uint16_t*>(g.data()), n, static_cast<float>(inverse));
         break;
-      case DataType::kBFloat16:
+      default:  // kBFloat16 (checked above)
         overflow |= scale_and_check_16<bfloat16_to_float, float_to_bfloat16>(
             static_cast<uint16_t*>(g.data()), n, static_cast<float>(inverse));
         break;
-      default:
-        throw InvalidArgumentError("LossScaler::unscale: gradient " + std::to_string(t) +
-                                   " has dtype " + dtype_name(g.dtype()) +
-                                   "; gradients must be float32, float64, float16 or bfloat16.");
     }
   }
+  if (on_device) overflow |= device_->check.overflowed();  // waits for the gradients' streams
   return overflow;
 }
 

@@ -9,6 +9,7 @@
 #include "common/dtype_math.h"
 #include "common/config.h"
 #include "common/logging.h"
+#include "training/device.h"
 
 namespace hvd {
 namespace {
@@ -104,14 +105,42 @@ void Strategy::begin_step() {
         "synchronize_gradients() once per step, after the backward pass.");
 }
 
+struct Strategy::DeviceState {
+  struct Accumulator {
+    training::DeviceBuffer memory;
+    size_t bytes = 0;  // in use (zeroed when it changes, as the CPU accumulator)
+  };
+  std::map<std::string, Accumulator> accumulators;
+  std::map<std::string, training::DeviceBuffer> wire;  // 16-bit copies (gradient_dtype)
+  std::vector<std::pair<TensorRef, void*>> unpack;     // written back after the waits
+};
+
+Strategy::DeviceState& Strategy::device_state() {
+  if (!device_) device_ = std::make_shared<DeviceState>();
+  return *device_;
+}
+
 void Strategy::gradient_ready(const std::string& name, TensorRef grad) {
+  training::require_device(grad, "gradient '" + name + "'");
   const int k = options_.accumulation_steps;
+  if (k > 1 && grad.device().kind != Device::kCPU) {
+    // The CPU path below on the device, in the gradient's stream order.
+    const training::Place at = training::place_of(grad);
+    auto& acc = device_state().accumulators[name];
+    const size_t bytes = grad.size_bytes();
+    void* sum = acc.memory.get(grad.device(), bytes);
+    if (acc.bytes != bytes) {
+      training::zero(at, sum, bytes);
+      acc.bytes = bytes;
+    }
+    training::accumulate(at, grad.dtype(), grad.data(), sum, grad.num_elements());
+    if (!communicating_step()) return;
+    training::copy(at, sum, grad.data(), bytes);
+    training::zero(at, sum, bytes);
+    pending_.push_back(start_allreduce(name, grad, 1.0 / k));
+    return;
+  }
   if (k > 1) {
-    if (grad.device().kind != Device::kCPU)
-      throw InvalidArgumentError(
-          "gradient accumulation (accumulation_steps = " + std::to_string(k) +
-          ") is implemented for CPU gradients only; '" + name + "' is on " +
-          device_name(grad.device()) + ". Use accumulation_steps = 1 on GPUs.");
     auto& acc = accumulators_[name];
     const size_t bytes = grad.size_bytes();
     const size_t n = static_cast<size_t>(grad.num_elements());
@@ -130,12 +159,17 @@ Handle Strategy::start_allreduce(const std::string& name, TensorRef grad, double
   const DataType wire = options_.gradient_dtype;
   if (wire == DataType::kFloat32 || grad.dtype() != DataType::kFloat32)
     return allreduce_async(grad, grad, "grad." + name, ReduceOp::kAverage, prescale, 1.0);
-  if (grad.device().kind != Device::kCPU)
-    throw InvalidArgumentError(std::string("a ") + dtype_name(wire) +
-                               " gradient all-reduce (StrategyOptions::gradient_dtype) is "
-                               "implemented for CPU gradients only; '" +
-                               name + "' is on " + device_name(grad.device()) +
-                               ". Use gradient_dtype = float32 on GPUs.");
+  if (grad.device().kind != Device::kCPU) {
+    // Rounded once on the device (the prescale applied in float), reduced in 16 bits in the
+    // gradient's stream order, widened back after the wait.
+    DeviceState& d = device_state();
+    void* bits = d.wire[name].get(grad.device(), static_cast<size_t>(grad.num_elements()) * 2);
+    training::cast(training::place_of(grad), DataType::kFloat32, wire, grad.data(), bits,
+                   grad.num_elements(), prescale);
+    d.unpack.emplace_back(grad, bits);
+    const TensorRef w(bits, wire, grad.shape(), grad.device(), grad.stream());
+    return allreduce_async(w, w, "grad." + name, ReduceOp::kAverage);
+  }
   // Rounded once (the prescale applied in double first), reduced in 16 bits, widened back after
   // the wait (synchronize_gradients).
   std::vector<uint16_t>& bits = wire_[name];
@@ -164,6 +198,14 @@ bool Strategy::synchronize_gradients() {
       decompress_copy(options_.gradient_dtype, DataType::kFloat32, bits->data(), grad.data(),
                       bits->size(), 1.0);
   unpack_.clear();
+  if (device_) {
+    // After wait(), the 16-bit result is valid in its stream's order (docs/gpu.md): widened there.
+    if (first_error.empty())
+      for (auto& [grad, bits] : device_->unpack)
+        training::cast(training::place_of(grad), options_.gradient_dtype, DataType::kFloat32, bits,
+                       grad.data(), grad.num_elements(), 1.0);
+    device_->unpack.clear();
+  }
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++micro_step_;
   if (!first_error.empty()) throw CommunicationError("gradient reduction failed: " + first_error);

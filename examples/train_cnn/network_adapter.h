@@ -17,7 +17,7 @@
 // and optionally (the GPU's CudnnDevice; otherwise what Network does):
 //   void gradient_ready(Model&, size_t i)               gradient i is final, before on_grad_ready
 //   void gradients_reduced(Model&)                      Network::gradients_reduced()
-//   bool unscale_gradients(Model&, double scale)        Network::unscale_gradients()
+//   bool unscale_gradients(Model&, const LossScaler&)   Network::unscale_gradients()
 
 #include <functional>
 #include <memory>
@@ -99,8 +99,8 @@ class NetworkAdapter final : public Network {
       device_.gradients_reduced(net_);
   }
   bool unscale_gradients(const hvd::LossScaler& scaler) override {
-    if constexpr (requires(Device & d, Model & m) { d.unscale_gradients(m, 1.0); }) {
-      return device_.unscale_gradients(net_, scaler.scale());
+    if constexpr (requires(Device & d, Model & m) { d.unscale_gradients(m, scaler); }) {
+      return device_.unscale_gradients(net_, scaler);
     } else {
       return Network::unscale_gradients(scaler);
     }

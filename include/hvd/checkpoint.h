@@ -10,7 +10,8 @@
 
 namespace hvd {
 
-// A tensor with the name it is saved under. The tensor must be in CPU memory.
+// A tensor with the name it is saved under: in CPU memory, or on a CUDA device (Checkpointer copies
+// it through pinned host memory on its TensorRef stream, and waits for that copy).
 struct NamedTensor {
   std::string name;
   TensorRef tensor;
@@ -39,7 +40,9 @@ class Checkpointer {
   // replaces that file), then deletes checkpoints beyond keep_last (never the one just written) and
   // stale temporary files. Every rank returns once the file is durable on disk, or throws the same
   // hvd::Error (hvd::InvalidArgumentError for a bad argument on rank 0: duplicate or empty names,
-  // a non-CPU tensor, a metadata key reserved above). Other ranks' tensors are not read.
+  // a tensor on a device this process cannot reach, a metadata key reserved above). Other ranks'
+  // tensors are not read. A CUDA tensor is copied to pinned host memory first (after the work
+  // queued on its stream); the file is written from that copy.
   void save(int64_t step, const std::vector<NamedTensor>& tensors,
             const std::map<std::string, std::string>& metadata = {});
 

@@ -33,6 +33,7 @@
 // Thread safety: one LossScaler per training thread.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -71,8 +72,11 @@ class LossScaler {
   double scale() const { return scale_; }
 
   // Local: multiplies every element of grads by 1/scale() in place and returns true when any
-  // element is Inf or NaN. CPU tensors of float32, float64, float16 or bfloat16 (16-bit results
-  // rounded to nearest even); anything else is an hvd::InvalidArgumentError naming the tensor.
+  // element is Inf or NaN. Tensors of float32, float64, float16 or bfloat16 (16-bit results
+  // rounded to nearest even), on the CPU or on a CUDA device: a CUDA gradient is unscaled and
+  // checked on its device, on its TensorRef stream, and unscale() waits for those streams (the flag
+  // must reach the host; no gradient is copied). Anything else (another dtype, a device this
+  // process cannot reach) is an hvd::InvalidArgumentError naming the tensor, before any is changed.
   bool unscale(const std::vector<TensorRef>& grads) const;
 
   // Collective: combines every rank's local_overflow (an all-reduce), advances the schedule the
@@ -99,6 +103,10 @@ class LossScaler {
   int64_t good_steps_ = 0;
   int64_t skipped_steps_ = 0;
   std::vector<int32_t> flag_;  // the all-reduced overflow flag
+  // The device half of unscale() (training/device.h: a flag in device memory per device), made at
+  // the first CUDA gradient. A copy of the scaler shares it: one scaler per training thread.
+  struct DeviceState;
+  mutable std::shared_ptr<DeviceState> device_;
 };
 
 }  // namespace hvd

@@ -51,8 +51,9 @@ struct StrategyOptions {
   uint64_t shuffle_seed = 0;         // the shared seed of the per-epoch shuffle
   // The dtype float32 gradients are all-reduced in: kFloat32 (as they are), or kFloat16 /
   // kBFloat16, mixed precision's 16-bit gradient all-reduce: each gradient is rounded to 16 bits
-  // (nearest even), all-reduced as such (half the bytes) and written back as float32. CPU
-  // gradients only; gradients of other dtypes travel as they are.
+  // (nearest even), all-reduced as such (half the bytes) and written back as float32. On the CPU
+  // or a CUDA device (there in device memory, on the gradient's stream); gradients of other dtypes
+  // travel as they are.
   DataType gradient_dtype = DataType::kFloat32;
   // true: turns hvd's deterministic reductions on at construction (hvd::set_deterministic(true),
   // for the whole process): training gives the same bits on every run with fusion on. false
@@ -94,10 +95,14 @@ class Strategy {
   // `grad` (CPU or GPU memory, written by the backward pass) is final for this step. On a step
   // that communicates, its all-reduce starts now and the averaged result is written back to
   // `grad`; on an accumulation step it is added to a local buffer. `grad` must stay valid until
-  // synchronize_gradients() returns.
+  // synchronize_gradients() returns. A CUDA gradient is final in the order of its TensorRef
+  // stream: the accumulation, the 16-bit rounding and the all-reduce follow the work queued there
+  // (device kernels, no copy to the host, no host wait), and a device this process cannot reach
+  // is an hvd::InvalidArgumentError naming the gradient.
   void gradient_ready(const std::string& name, TensorRef grad);
   // Waits for every all-reduce started this step. Returns true when the gradients hold the
-  // averaged values and the optimizer should step; false on an accumulation step.
+  // averaged values and the optimizer should step; false on an accumulation step. CUDA gradients
+  // hold them in the order of their stream (the 16-bit ones are widened there, after the wait).
   bool synchronize_gradients();
   // Seconds spent waiting in synchronize_gradients() since construction (communication not hidden
   // behind the backward pass).
@@ -110,6 +115,8 @@ class Strategy {
   bool communicating_step() const;
   // Starts the all-reduce of grad (in place, or through its 16-bit copy: gradient_dtype).
   Handle start_allreduce(const std::string& name, TensorRef grad, double prescale);
+  struct DeviceState;
+  DeviceState& device_state();
 
   StrategyOptions options_;
   int64_t micro_step_ = 0;
@@ -117,6 +124,9 @@ class Strategy {
   std::map<std::string, std::vector<std::byte>> accumulators_;
   std::map<std::string, std::vector<uint16_t>> wire_;  // 16-bit copies (gradient_dtype)
   std::vector<std::pair<TensorRef, std::vector<uint16_t>*>> unpack_;  // written back after waits
+  // The same for CUDA gradients (training/device.h): device accumulators and 16-bit copies by
+  // name, made at the first one. A copy of the strategy shares them: one per training thread.
+  std::shared_ptr<DeviceState> device_;
   double wait_seconds_ = 0;
 };
 

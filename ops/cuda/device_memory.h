@@ -13,6 +13,7 @@
 
 #include "ops/collective_op.h"
 #include "ops/cuda/cuda_context.h"
+#include "common/cuda/device_math.h"
 #include "ops/cuda/kernels.h"
 #include "ops/fused_allreduce.h"
 
@@ -27,7 +28,7 @@ class DeviceMemory {
   // Every input and output is a CUDA tensor (not a joined rank's host stand-in).
   bool holds(const OpBatch& batch) const;
   void scale(DataType dtype, const void* src, void* dst, int64_t n, double factor) {
-    cuda::scale(dtype, src, dst, n, factor, cuda_->stream());
+    device_math::scale(dtype, src, dst, n, factor, cuda_->stream());
   }
   // `packed` must be batch.dtype (the device memory does not cast).
   PackedBatch pack(const OpBatch& batch, DataType packed, int64_t parts, double prescale);

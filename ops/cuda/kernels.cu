@@ -6,11 +6,7 @@
 // tensors always are), then 4-byte words, then single bytes for whatever is left. One launch
 // handles 1 or 500 tensors; the x dimension is sized from the largest range so that one big
 // tensor still fills the GPU.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
-
-#include <cuda/std/limits>
 
 #include <algorithm>
 #include <cstdint>
@@ -51,67 +47,6 @@ __global__ void batched_copy_kernel(const CopyDescriptor* descs, int count) {
   }
 }
 
-// Blocks for a grid-stride loop over n items: enough to fill an H100 several times over.
-unsigned blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::clamp<int64_t>(b, 1, 4096));
-}
-
-template <class T>
-__device__ T truncate_to(double v) {
-  const double lo = static_cast<double>(::cuda::std::numeric_limits<T>::lowest());
-  const double hi_excl = static_cast<double>(::cuda::std::numeric_limits<T>::max()) + 1.0;
-  if (!(v == v)) return T{0};
-  if (v <= lo) return ::cuda::std::numeric_limits<T>::lowest();
-  if (v >= hi_excl) return ::cuda::std::numeric_limits<T>::max();
-  return static_cast<T>(v);
-}
-
-template <class T>
-__global__ void scale_int_kernel(const T* src, T* dst, int64_t n, double factor) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = truncate_to<T>(static_cast<double>(src[i]) * factor);
-}
-
-template <class T, class F>
-__global__ void scale_native_kernel(const T* src, T* dst, int64_t n, F factor) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = static_cast<T>(src[i] * factor);
-}
-
-__global__ void scale_half_kernel(const __half* src, __half* dst, int64_t n, float factor) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = __float2half_rn(__half2float(src[i]) * factor);
-}
-
-__global__ void scale_bf16_kernel(const __nv_bfloat16* src, __nv_bfloat16* dst, int64_t n,
-                                  float factor) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = __float2bfloat16_rn(__bfloat162float(src[i]) * factor);
-}
-
-__global__ void to_half_kernel(const float* src, __half* dst, int64_t n, float factor) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = __float2half_rn(src[i] * factor);
-}
-
-__global__ void from_half_kernel(const __half* src, float* dst, int64_t n, float factor) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dst[i] = __half2float(src[i]) * factor;
-}
-
-template <class T>
-void launch_int(const void* src, void* dst, int64_t n, double factor, cudaStream_t stream) {
-  scale_int_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(src),
-                                                              static_cast<T*>(dst), n, factor);
-}
-
 }  // namespace
 
 void batched_copy(const CopyDescriptor* descs, int count, int64_t max_bytes, cudaStream_t stream) {
@@ -121,72 +56,6 @@ void batched_copy(const CopyDescriptor* descs, int count, int64_t max_bytes, cud
       static_cast<unsigned>(std::clamp<int64_t>((max_bytes + 65535) / 65536, 1, 1024));
   const unsigned gy = static_cast<unsigned>(std::min(count, 65535));
   batched_copy_kernel<<<dim3(gx, gy), kThreads, 0, stream>>>(descs, count);
-  CUDA_CHECK(cudaGetLastError());
-}
-
-void scale(DataType dtype, const void* src, void* dst, int64_t n, double factor,
-           cudaStream_t stream) {
-  if (n <= 0) return;
-  if (factor == 1.0) {
-    if (src != dst)
-      CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * dtype_size(dtype),
-                                 cudaMemcpyDeviceToDevice, stream));
-    return;
-  }
-  const unsigned blocks = blocks_for(n);
-  switch (dtype) {
-    case DataType::kUInt8:
-      launch_int<uint8_t>(src, dst, n, factor, stream);
-      break;
-    case DataType::kInt8:
-      launch_int<int8_t>(src, dst, n, factor, stream);
-      break;
-    case DataType::kInt32:
-      launch_int<int32_t>(src, dst, n, factor, stream);
-      break;
-    case DataType::kInt64:
-      launch_int<int64_t>(src, dst, n, factor, stream);
-      break;
-    case DataType::kFloat16:
-      scale_half_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __half*>(src),
-                                                         static_cast<__half*>(dst), n,
-                                                         static_cast<float>(factor));
-      break;
-    case DataType::kBFloat16:
-      scale_bf16_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(src),
-                                                         static_cast<__nv_bfloat16*>(dst), n,
-                                                         static_cast<float>(factor));
-      break;
-    case DataType::kFloat32: {
-      const float f = static_cast<float>(factor);
-      if (static_cast<double>(f) == factor)
-        scale_native_kernel<float, float><<<blocks, kThreads, 0, stream>>>(
-            static_cast<const float*>(src), static_cast<float*>(dst), n, f);
-      else
-        scale_native_kernel<float, double><<<blocks, kThreads, 0, stream>>>(
-            static_cast<const float*>(src), static_cast<float*>(dst), n, factor);
-      break;
-    }
-    case DataType::kFloat64:
-      scale_native_kernel<double, double><<<blocks, kThreads, 0, stream>>>(
-          static_cast<const double*>(src), static_cast<double*>(dst), n, factor);
-      break;
-  }
-  CUDA_CHECK(cudaGetLastError());
-}
-
-void cast_to_half(const float* src, uint16_t* dst, int64_t n, double factor, cudaStream_t stream) {
-  if (n <= 0) return;
-  to_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, reinterpret_cast<__half*>(dst), n,
-                                                         static_cast<float>(factor));
-  CUDA_CHECK(cudaGetLastError());
-}
-
-void cast_from_half(const uint16_t* src, float* dst, int64_t n, double factor,
-                    cudaStream_t stream) {
-  if (n <= 0) return;
-  from_half_kernel<<<blocks_for(n), kThreads, 0, stream>>>(reinterpret_cast<const __half*>(src),
-                                                           dst, n, static_cast<float>(factor));
   CUDA_CHECK(cudaGetLastError());
 }
 

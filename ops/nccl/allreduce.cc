@@ -19,7 +19,7 @@
 // reduced as float16 (half the bytes on the wire), and cast back with the postscale folded into
 // the cast.
 // Other dtypes and ops are never compressed.
-#include "ops/cuda/kernels.h"
+#include "common/cuda/device_math.h"
 #include "ops/nccl/nccl_ops.h"
 
 namespace hvd::ops::nccl {
@@ -40,9 +40,9 @@ double NcclAllreduce::reduce(const void* in, void* out, int64_t count, DataType 
   const size_t n = static_cast<size_t>(count);
   if (compressed(batch)) {  // in the fusion buffer: in == out
     auto* half = static_cast<uint16_t*>(ctx_.cuda().scratch().get(n * 2, stream()));
-    cuda::cast_to_half(static_cast<const float*>(in), half, count, 1.0, stream());
+    device_math::cast(DataType::kFloat32, DataType::kFloat16, in, half, count, 1.0, stream());
     NCCL_CHECK(ncclAllReduce(half, half, n, ncclFloat16, ncclSum, ctx_.world(), stream()));
-    cuda::cast_from_half(half, static_cast<float*>(out), count, post, stream());
+    device_math::cast(DataType::kFloat16, DataType::kFloat32, half, out, count, post, stream());
     return 1.0;
   }
   NCCL_CHECK(ncclAllReduce(in, out, n, nccl_type(dtype), nccl_op(batch.reduce_op), ctx_.world(),

@@ -3,7 +3,7 @@
 // ncclReduce per block to its owner, grouped. The prescale goes to a device copy (the caller's
 // input is never modified); the postscale (and 1/contributors for kAverage) to the block, which is
 // then copied into the host result Tensor.
-#include "ops/cuda/kernels.h"
+#include "common/cuda/device_math.h"
 #include "ops/nccl/nccl_ops.h"
 
 namespace hvd::ops::nccl {
@@ -37,7 +37,8 @@ void NcclReducescatter::execute(OpBatch& batch) {
     const char* send = static_cast<const char*>(on_device(e.input, cu.scratch()));
     if (batch.prescale != 1.0) {
       void* tmp = cu.scratch().get(static_cast<size_t>(n * esize), s);
-      cuda::scale(batch.dtype, send, tmp, n, batch.prescale, s);  // in place when send is scratch
+      device_math::scale(batch.dtype, send, tmp, n, batch.prescale,
+                         s);  // in place when send is scratch
       send = static_cast<const char*>(tmp);
     }
     char* block = static_cast<char*>(
@@ -57,7 +58,7 @@ void NcclReducescatter::execute(OpBatch& batch) {
       NCCL_CHECK(ncclGroupEnd());
     }
     if (counts[me] > 0) {
-      cuda::scale(batch.dtype, block, block, counts[me], post_factor(batch), s);
+      device_math::scale(batch.dtype, block, block, counts[me], post_factor(batch), s);
       CUDA_CHECK(cudaMemcpyAsync(e.result->data(), block, static_cast<size_t>(counts[me] * esize),
                                  cudaMemcpyDeviceToHost, s));
     }

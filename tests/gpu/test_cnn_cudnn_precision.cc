@@ -1,5 +1,5 @@
-// Mixed precision on the device for the cuDNN model (issue 14.2; gpu/kernels.h,
-// gpu/loss_scaling.h):
+// Mixed precision on the device for the cuDNN model (issue 14.2; gpu/kernels.h, and
+// hvd::LossScaler::unscale on device tensors, training/device.h):
 //   - the fp32 -> fp16/bf16 cast kernels round exactly as the CPU emulation does
 //     (model::round_to_fp16 / round_to_bf16, bitwise, fp16 overflow to +-Inf, NaN kept), and the
 //     16 -> 32 cast is exact, so the emulated and the device paths store the same values;
@@ -36,7 +36,6 @@
 #include "gpu/cudnn_model.h"
 #include "gpu/device_buffer.h"
 #include "gpu/kernels.h"
-#include "gpu/loss_scaling.h"
 #include "gpu/relu.h"
 #include "gpu/sgd_momentum.h"
 #include "hvd/error.h"
@@ -148,6 +147,17 @@ std::vector<float> gradients(size_t n) {
   return g;
 }
 
+// The library's device unscale (hvd::LossScaler::unscale on a CUDA tensor) of n floats on
+// device 0 at `scale`: true when any was Inf or NaN. A scale that is not finite and > 0 throws
+// hvd::InvalidArgumentError (the scaler refuses it).
+bool unscale(float* grads, int64_t n, double scale, cudaStream_t stream) {
+  const hvd::LossScaler scaler({.initial_scale = scale,
+                                .min_scale = std::min(1.0, scale),
+                                .max_scale = std::max(16777216.0, scale)});
+  return scaler.unscale({hvd::TensorRef(grads, hvd::DataType::kFloat32, {n}, hvd::Device::cuda(0),
+                                        static_cast<void*>(stream))});
+}
+
 TEST(LossScaling, PowerOfTwoScaleIsExact) {
   const std::vector<float> grads = gradients(1 << 20);
   const auto n = static_cast<int64_t>(grads.size());
@@ -160,8 +170,7 @@ TEST(LossScaling, PowerOfTwoScaleIsExact) {
       ASSERT_EQ(scaled[i], static_cast<float>(grads[i] * scale))
           << "scale " << scale << " [" << i << "]";
     }
-    DeviceGradientUnscaler unscaler;
-    EXPECT_FALSE(unscaler.unscale(d.data(), n, scale, nullptr)) << "scale " << scale;
+    EXPECT_FALSE(unscale(d.data(), n, scale, nullptr)) << "scale " << scale;
     expect_same_bits(download(d, grads.size()), grads, "unscaled gradients");
   }
 }
@@ -170,30 +179,28 @@ TEST(LossScaling, InjectedOverflowIsDetected) {
   const std::vector<float> grads = gradients(300007);  // not a multiple of the block size
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  DeviceGradientUnscaler unscaler;
   for (const size_t at : {size_t{0}, size_t{12345}, grads.size() - 1}) {
     for (const float bad : {inf, -inf, nan}) {
       std::vector<float> g = grads;
       g[at] = bad;
       DeviceArray<float> d = upload(g);
-      EXPECT_TRUE(unscaler.unscale(d.data(), static_cast<int64_t>(g.size()), 1024.0, nullptr))
+      EXPECT_TRUE(unscale(d.data(), static_cast<int64_t>(g.size()), 1024.0, nullptr))
           << "value " << bad << " at " << at;
     }
     // The flag is cleared between calls: a clean vector right after an overflow passes.
     DeviceArray<float> clean = upload(grads);
-    EXPECT_FALSE(
-        unscaler.unscale(clean.data(), static_cast<int64_t>(grads.size()), 1024.0, nullptr));
+    EXPECT_FALSE(unscale(clean.data(), static_cast<int64_t>(grads.size()), 1024.0, nullptr));
   }
   // An fp16 overflow made by the cast (a gradient scaled past 65504) reaches the check as Inf.
   std::vector<float> g = grads;
   g[77] = 70000.0f;
   DeviceArray<float> d = upload(g);
   round_to_half(d.data(), static_cast<int64_t>(g.size()), HalfFormat::kFp16, nullptr);
-  EXPECT_TRUE(unscaler.unscale(d.data(), static_cast<int64_t>(g.size()), 65536.0, nullptr));
+  EXPECT_TRUE(unscale(d.data(), static_cast<int64_t>(g.size()), 65536.0, nullptr));
   // n = 0 is fine; a bad scale is refused.
-  EXPECT_FALSE(unscaler.unscale(nullptr, 0, 2.0, nullptr));
-  EXPECT_THROW(unscaler.unscale(d.data(), 1, 0.0, nullptr), hvd::InvalidArgumentError);
-  EXPECT_THROW(unscaler.unscale(d.data(), 1, inf, nullptr), hvd::InvalidArgumentError);
+  EXPECT_FALSE(unscale(nullptr, 0, 2.0, nullptr));
+  EXPECT_THROW(unscale(d.data(), 1, 0.0, nullptr), hvd::InvalidArgumentError);
+  EXPECT_THROW(unscale(d.data(), 1, inf, nullptr), hvd::InvalidArgumentError);
 }
 
 // ReLU on 16-bit values, by CudnnRelu (cuDNN with a 16-bit descriptor, or its own kernels where
@@ -391,7 +398,6 @@ TEST_P(MixedModelTest, AnOverflowSkipsTheStepAndHalvesTheScale) {
   gpu.initialize(5);
   SgdMomentum opt(gpu.context(), gpu.num_parameters(), {.momentum = 0.9f, .weight_decay = 5e-4f});
   hvd::LossScaler scaler({.initial_scale = 16777216.0});  // 2^24, the maximum
-  DeviceGradientUnscaler unscaler;
   std::vector<float> before(gpu.num_parameters()), after(before.size());
   gpu.copy_parameters_to_host(before);
 
@@ -413,7 +419,7 @@ TEST_P(MixedModelTest, AnOverflowSkipsTheStepAndHalvesTheScale) {
   }
   // fp16: 2^24 / 16 = 2^20 > 65504, so the 16-bit loss gradient itself overflows.
   const bool overflow =
-      unscaler.unscale(gpu.flat_gradients(), gpu.num_parameters(), scaler.scale(), gpu.stream());
+      unscale(gpu.flat_gradients(), gpu.num_parameters(), scaler.scale(), gpu.stream());
   EXPECT_TRUE(overflow);
   scaler.advance(overflow);  // update()'s schedule, without the all-reduce of a one-rank test
   if (!overflow) opt.step(gpu.flat_parameters(), gpu.flat_gradients(), 0.05f);
@@ -428,8 +434,7 @@ TEST_P(MixedModelTest, AnOverflowSkipsTheStepAndHalvesTheScale) {
   gpu.set_loss_scale(static_cast<float>(sane.scale()));
   gpu.forward(images, labels, batch);
   gpu.backward();
-  EXPECT_FALSE(
-      unscaler.unscale(gpu.flat_gradients(), gpu.num_parameters(), sane.scale(), gpu.stream()));
+  EXPECT_FALSE(unscale(gpu.flat_gradients(), gpu.num_parameters(), sane.scale(), gpu.stream()));
   opt.step(gpu.flat_parameters(), gpu.flat_gradients(), 0.05f);
   gpu.copy_parameters_to_host(after);
   EXPECT_NE(after, before);
@@ -461,7 +466,6 @@ TEST_P(MixedModelTest, ThreeHundredStepsWithDynamicLossScalingReduceTheLoss) {
   gpu.initialize(42);
   SgdMomentum opt(gpu.context(), gpu.num_parameters(), {.momentum = 0.9f, .weight_decay = 5e-4f});
   hvd::LossScaler scaler({.initial_scale = 65536.0, .growth_interval = 100});
-  DeviceGradientUnscaler unscaler;
   const int batch = 32, steps = 300;
   const SyntheticSet set = synthetic(batch * steps, gpu.input_size(), 7);
   std::vector<double> losses;
@@ -478,7 +482,7 @@ TEST_P(MixedModelTest, ThreeHundredStepsWithDynamicLossScalingReduceTheLoss) {
     losses.push_back(loss);
     gpu.backward();
     const bool overflow =
-        unscaler.unscale(gpu.flat_gradients(), gpu.num_parameters(), scaler.scale(), gpu.stream());
+        unscale(gpu.flat_gradients(), gpu.num_parameters(), scaler.scale(), gpu.stream());
     scaler.advance(overflow);
     if (!overflow) opt.step(gpu.flat_parameters(), gpu.flat_gradients(), 0.01f);
   }

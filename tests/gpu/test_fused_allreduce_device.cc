@@ -17,6 +17,7 @@
 #include "ops/cuda/cuda_context.h"
 #include "ops/cuda/device_layout.h"
 #include "ops/cuda/device_memory.h"
+#include "common/cuda/device_math.h"
 #include "ops/cuda/kernels.h"
 #include "ops/fused_allreduce.h"
 #include "tests/support/dtype_values.h"
@@ -55,7 +56,7 @@ class FakeDeviceAllreduce : public FusedAllreduce<DeviceMemory> {
     EXPECT_EQ(cudaStreamSynchronize(cu_.stream()), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(c.bytes.data(), in, c.bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     calls.push_back(std::move(c));
-    scale(dtype, in, out, count, batch.contributors, cu_.stream());
+    device_math::scale(dtype, in, out, count, batch.contributors, cu_.stream());
     return post;
   }
   int64_t parts(const OpBatch&, DataType) const override { return parts_of; }

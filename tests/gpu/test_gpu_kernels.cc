@@ -1,18 +1,24 @@
-// The GPU data path's kernels against CPU references: the batched copy kernel (pack and unpack of
-// 1..500 tensors of odd sizes, aligned and misaligned, in one launch), the scale kernel for every
-// dtype (bit-identical to the CPU path's scale_copy), and the fp32 <-> fp16 casts of compression.
+// The GPU kernels against CPU references: the batched copy kernel (pack and unpack of 1..500
+// tensors of odd sizes, aligned and misaligned, in one launch), and common/cuda/device_math.h's
+// element-wise math, which the data path and the training layer share: scale for every dtype
+// (bit-identical to the CPU path's scale_copy), the fp32 <-> fp16/bf16 casts (compression, the
+// 16-bit gradient wire dtype), accumulate (bit-identical to reduce_buffers kSum) and
+// scale_and_check (the loss scaler's unscale: values as the CPU's, the flag on Inf/NaN only).
 // Runs in one process on device 0; skipped without a device (gpu_test_main.cc).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "common/cuda/device_math.h"
 #include "ops/cuda/device_layout.h"
 #include "ops/cuda/kernels.h"
 #include "common/dtype_math.h"
+#include "hvd/error.h"
 
 namespace hvd::ops::cuda {
 namespace {
@@ -142,11 +148,11 @@ TEST(ScaleKernel, BitIdenticalToCpuForEveryDtype) {
         scale_copy(t, in.data(), want.data(), static_cast<size_t>(n), factor);
         DeviceMem d_in(bytes), d_out(bytes);
         EXPECT_CUDA(cudaMemcpy(d_in.get(), in.data(), bytes, cudaMemcpyHostToDevice));
-        scale(t, d_in.get(), d_out.get(), n, factor, nullptr);
+        device_math::scale(t, d_in.get(), d_out.get(), n, factor, nullptr);
         EXPECT_CUDA(cudaMemcpy(got.data(), d_out.get(), bytes, cudaMemcpyDeviceToHost));
         ASSERT_EQ(got, want) << dtype_name(t) << " x " << factor << ", n " << n;
         // In place gives the same.
-        scale(t, d_in.get(), d_in.get(), n, factor, nullptr);
+        device_math::scale(t, d_in.get(), d_in.get(), n, factor, nullptr);
         EXPECT_CUDA(cudaMemcpy(got.data(), d_in.get(), bytes, cudaMemcpyDeviceToHost));
         ASSERT_EQ(got, want) << "in place: " << dtype_name(t) << " x " << factor << ", n " << n;
       }
@@ -168,10 +174,10 @@ TEST(CastKernels, Fp16CompressionRoundTripMatchesCpuRounding) {
       d_out(static_cast<size_t>(n) * 4);
   EXPECT_CUDA(
       cudaMemcpy(d_in.get(), in.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice));
-  cast_to_half(reinterpret_cast<const float*>(d_in.get()),
-               reinterpret_cast<uint16_t*>(d_half.get()), n, 0.5, nullptr);
-  cast_from_half(reinterpret_cast<const uint16_t*>(d_half.get()),
-                 reinterpret_cast<float*>(d_out.get()), n, 4.0, nullptr);
+  device_math::cast(DataType::kFloat32, DataType::kFloat16, d_in.get(), d_half.get(), n, 0.5,
+                    nullptr);
+  device_math::cast(DataType::kFloat16, DataType::kFloat32, d_half.get(), d_out.get(), n, 4.0,
+                    nullptr);
   std::vector<uint16_t> half(static_cast<size_t>(n));
   std::vector<float> out(static_cast<size_t>(n));
   EXPECT_CUDA(
@@ -184,6 +190,130 @@ TEST(CastKernels, Fp16CompressionRoundTripMatchesCpuRounding) {
         << "element " << i << " = " << in[static_cast<size_t>(i)];
     ASSERT_EQ(out[static_cast<size_t>(i)], half_to_float(want) * 4.0f) << "element " << i;
   }
+}
+
+TEST(CastKernels, Bf16RoundTripMatchesCpuCompression) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const int64_t n = 65537;
+  std::vector<float> in(static_cast<size_t>(n));
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-1e30f, 1e30f);
+  for (auto& v : in) v = dist(rng) * (rng() % 2 ? 1e-35f : 1.f);
+  DeviceMem d_in(static_cast<size_t>(n) * 4), d_half(static_cast<size_t>(n) * 2),
+      d_out(static_cast<size_t>(n) * 4);
+  EXPECT_CUDA(
+      cudaMemcpy(d_in.get(), in.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice));
+  device_math::cast(DataType::kFloat32, DataType::kBFloat16, d_in.get(), d_half.get(), n, 0.5,
+                    nullptr);
+  device_math::cast(DataType::kBFloat16, DataType::kFloat32, d_half.get(), d_out.get(), n, 1.0,
+                    nullptr);
+  std::vector<uint16_t> half(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+  std::vector<float> out(static_cast<size_t>(n)), want_out(static_cast<size_t>(n));
+  EXPECT_CUDA(
+      cudaMemcpy(half.data(), d_half.get(), static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
+  EXPECT_CUDA(
+      cudaMemcpy(out.data(), d_out.get(), static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost));
+  // The CPU's 16-bit gradient wire format (hvd::Strategy's gradient_dtype on the CPU).
+  compress_copy(DataType::kFloat32, DataType::kBFloat16, in.data(), want.data(),
+                static_cast<size_t>(n), 0.5);
+  decompress_copy(DataType::kBFloat16, DataType::kFloat32, want.data(), want_out.data(),
+                  static_cast<size_t>(n), 1.0);
+  ASSERT_EQ(half, want);
+  ASSERT_EQ(out, want_out);
+  // A pair without a conversion is refused by name.
+  EXPECT_THROW(device_math::cast(DataType::kFloat64, DataType::kFloat16, d_in.get(), d_half.get(),
+                                 n, 1.0, nullptr),
+               InvalidArgumentError);
+}
+
+TEST(AccumulateKernel, MatchesCpuSumForEveryDtype) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  for (DataType t :
+       {DataType::kUInt8, DataType::kInt8, DataType::kInt32, DataType::kInt64, DataType::kFloat16,
+        DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000003}}) {
+      const size_t bytes = static_cast<size_t>(n) * dtype_size(t);
+      std::vector<unsigned char> a(bytes), b(bytes), got(bytes);
+      std::mt19937 rng(static_cast<unsigned>(n) * 3u + static_cast<unsigned>(t));
+      std::vector<double> values(static_cast<size_t>(n) * 2);
+      for (auto& v : values) v = static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 8.0;
+      // Small finite values for the float types (integers wrap: any bytes do).
+      auto fill = [&](std::vector<unsigned char>& buf, size_t first) {
+        for (int64_t i = 0; i < n; ++i) {
+          const double v = values[first + static_cast<size_t>(i)];
+          const float f = static_cast<float>(v);
+          uint16_t h = 0;
+          switch (t) {
+            case DataType::kFloat16:
+              h = float_to_half(f);
+              std::memcpy(&buf[i * 2], &h, 2);
+              break;
+            case DataType::kBFloat16:
+              h = float_to_bfloat16(f);
+              std::memcpy(&buf[i * 2], &h, 2);
+              break;
+            case DataType::kFloat32:
+              std::memcpy(&buf[i * 4], &f, 4);
+              break;
+            case DataType::kFloat64:
+              std::memcpy(&buf[i * 8], &v, 8);
+              break;
+            default:
+              for (size_t k = 0; k < dtype_size(t); ++k)
+                buf[static_cast<size_t>(i) * dtype_size(t) + k] = static_cast<unsigned char>(rng());
+          }
+        }
+      };
+      fill(a, 0);
+      fill(b, static_cast<size_t>(n));
+      std::vector<unsigned char> want = b;
+      reduce_buffers(t, ReduceOp::kSum, a.data(), want.data(), static_cast<size_t>(n));
+      DeviceMem d_a(bytes), d_b(bytes);
+      EXPECT_CUDA(cudaMemcpy(d_a.get(), a.data(), bytes, cudaMemcpyHostToDevice));
+      EXPECT_CUDA(cudaMemcpy(d_b.get(), b.data(), bytes, cudaMemcpyHostToDevice));
+      device_math::accumulate(t, d_a.get(), d_b.get(), n, nullptr);
+      EXPECT_CUDA(cudaMemcpy(got.data(), d_b.get(), bytes, cudaMemcpyDeviceToHost));
+      ASSERT_EQ(got, want) << dtype_name(t) << ", n " << n;
+    }
+  }
+}
+
+TEST(ScaleAndCheckKernel, UnscalesAsTheCpuAndFlagsOnlyInfAndNan) {
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const int64_t n = 100003;
+  DeviceMem d_x(static_cast<size_t>(n) * 4), d_flag(4);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 997) - 498.f;
+  for (int bad : {0, 1, 2}) {  // none, an Inf, a NaN (the last element)
+    std::vector<float> in = x;
+    if (bad == 1) in.back() = INFINITY;
+    if (bad == 2) in.back() = NAN;
+    EXPECT_CUDA(
+        cudaMemcpy(d_x.get(), in.data(), static_cast<size_t>(n) * 4, cudaMemcpyHostToDevice));
+    EXPECT_CUDA(cudaMemset(d_flag.get(), 0, 4));
+    device_math::scale_and_check(DataType::kFloat32, d_x.get(), n, 1.0 / 1024,
+                                 reinterpret_cast<int32_t*>(d_flag.get()), nullptr);
+    std::vector<float> got(static_cast<size_t>(n));
+    int32_t flag = -1;
+    EXPECT_CUDA(
+        cudaMemcpy(got.data(), d_x.get(), static_cast<size_t>(n) * 4, cudaMemcpyDeviceToHost));
+    EXPECT_CUDA(cudaMemcpy(&flag, d_flag.get(), 4, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(flag, bad ? 1 : 0) << "case " << bad;
+    for (int64_t i = 0; i + 1 < n; ++i)
+      ASSERT_EQ(got[static_cast<size_t>(i)], in[static_cast<size_t>(i)] * (1.0f / 1024)) << i;
+  }
+  // A large finite value times a factor that overflows float: flagged as well.
+  const float big = 3e38f;
+  EXPECT_CUDA(cudaMemcpy(d_x.get(), &big, 4, cudaMemcpyHostToDevice));
+  EXPECT_CUDA(cudaMemset(d_flag.get(), 0, 4));
+  device_math::scale_and_check(DataType::kFloat32, d_x.get(), 1, 4.0,
+                               reinterpret_cast<int32_t*>(d_flag.get()), nullptr);
+  int32_t flag = 0;
+  EXPECT_CUDA(cudaMemcpy(&flag, d_flag.get(), 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(flag, 1);
+  EXPECT_THROW(device_math::scale_and_check(DataType::kInt32, d_x.get(), 1, 0.5,
+                                            reinterpret_cast<int32_t*>(d_flag.get()), nullptr),
+               InvalidArgumentError);
 }
 
 }  // namespace

@@ -305,6 +305,25 @@ TEST_F(CheckpointTest, BadArgumentsOnRank0AreInvalidArgumentErrorsOnEveryRank) {
   on_rank0([&] { EXPECT_TRUE(checkpoint_names(dir.path()).empty()); });
 }
 
+// A tensor on a device this process cannot reach (cuda:64) is the same InvalidArgumentError on
+// every rank, naming it, for save (rank 0 checks) and restore (every rank checks); nothing is
+// written.
+TEST_F(CheckpointTest, UnreachableDeviceTensorIsAnErrorOnEveryRank) {
+  SharedTempDir dir;
+  hvd::Checkpointer ck(dir.path());
+  std::vector<float> x(3, 1.f);
+  float fake = 0;  // never dereferenced
+  const std::vector<hvd::NamedTensor> tensors = {
+      {"x", hvd::TensorRef(x.data(), hvd::DataType::kFloat32, {3})},
+      {"on_gpu", hvd::TensorRef(&fake, hvd::DataType::kFloat32, {1}, hvd::Device::cuda(64))}};
+  std::string msg = expect_throw<hvd::InvalidArgumentError>([&] { ck.save(1, tensors); });
+  EXPECT_NE(msg.find("'on_gpu' is on cuda:64"), std::string::npos) << msg;
+  EXPECT_TRUE(same_on_every_rank(msg));
+  msg = expect_throw<hvd::InvalidArgumentError>([&] { ck.restore_latest(tensors); });
+  EXPECT_NE(msg.find("'on_gpu' is on cuda:64"), std::string::npos) << msg;
+  on_rank0([&] { EXPECT_TRUE(checkpoint_names(dir.path()).empty()); });
+}
+
 TEST_F(CheckpointTest, RestoreIntoMismatchedTensorsIsAnErrorOnEveryRank) {
   SharedTempDir dir;
   hvd::Checkpointer ck(dir.path());

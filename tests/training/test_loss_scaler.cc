@@ -262,3 +262,23 @@ TEST(LossScalerRestore, ContinuesTheScheduleAndRefusesImpossibleState) {
 }
 
 }  // namespace
+
+// A gradient on a device this process cannot reach (cuda:64: no machine has it) is refused by name
+// before any gradient is changed, in a build with CUDA or without.
+TEST(LossScalerUnscale, UnreachableDeviceGradientIsNamedAndNothingIsChanged) {
+  hvd::LossScaler scaler(small(10));
+  std::vector<float> cpu = {1024.f, 2048.f};
+  float fake = 0;  // never dereferenced
+  const std::vector<hvd::TensorRef> grads = {
+      ref(cpu, hvd::DataType::kFloat32),
+      hvd::TensorRef(&fake, hvd::DataType::kFloat32, {1}, hvd::Device::cuda(64))};
+  try {
+    scaler.unscale(grads);
+    ADD_FAILURE() << "no error";
+  } catch (const hvd::InvalidArgumentError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("gradient 1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("cuda:64"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(cpu, (std::vector<float>{1024.f, 2048.f}));
+}

@@ -136,6 +136,36 @@ TEST(Strategy, AccumulationCommunicatesEveryKthStepWithTheMeanOverStepsAndReplic
   for (float x : g) EXPECT_NEAR(x, want, 1e-5);
 }
 
+// A gradient on a device this process cannot reach (cuda:64) is refused by name on the rank that
+// passes it, before anything is submitted (so no rank waits for it), with or without
+// accumulation, in a build with CUDA or without; the strategy goes on with CPU gradients.
+TEST(Strategy, UnreachableDeviceGradientIsNamedBeforeAnythingIsSubmitted) {
+  hvd::init();
+  for (int k : {1, 2}) {
+    hvd::StrategyOptions o;
+    o.accumulation_steps = k;
+    auto s = make(o);
+    float fake = 0;  // never dereferenced
+    s->begin_step();
+    try {
+      s->gradient_ready("w",
+                        hvd::TensorRef(&fake, hvd::DataType::kFloat32, {1}, hvd::Device::cuda(64)));
+      ADD_FAILURE() << "no error";
+    } catch (const hvd::InvalidArgumentError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("'w'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("cuda:64"), std::string::npos) << msg;
+    }
+    std::vector<float> g(3, static_cast<float>(hvd::rank() + 1));
+    for (int step = 0; step < k; ++step) {
+      s->begin_step();
+      s->gradient_ready("after", ref(g));
+      s->synchronize_gradients();
+    }
+    for (float x : g) EXPECT_NEAR(x, (hvd::size() + 1) / 2.0, 1e-6);  // the mean of the ranks
+  }
+}
+
 TEST(Strategy, MirroredRefusesSeveralNodesAndPointsToMultiWorker) {
   hvd::init();
   if (hvd::cross_size() > 1) {

@@ -1,6 +1,5 @@
 #include "gpu/cudnn_network.h"
 
-#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -9,7 +8,6 @@
 #include "gpu/check.h"
 #include "gpu/cudnn_model.h"
 #include "gpu/kernels.h"
-#include "gpu/loss_scaling.h"
 #include "gpu/sgd_momentum.h"
 #include "network_adapter.h"
 
@@ -64,12 +62,13 @@ class CudnnDevice {
     cast_half_to_float(wire_.data(), net.flat_gradients(), net.num_parameters(), wire_format(),
                        net.stream());
   }
-  // Mixed precision: the float32 gradients times 1/scale and checked for Inf/NaN on the device,
-  // on the model's stream; waits for the one flag.
-  bool unscale_gradients(CudnnModel& net, double scale) {
-    net.context().activate();
-    if (!unscaler_) unscaler_.emplace();  // only runs with loss scaling need its buffers
-    return unscaler_->unscale(net.flat_gradients(), net.num_parameters(), scale, net.stream());
+  // Mixed precision: the flat float32 gradients, one device tensor on the model's stream, to
+  // hvd::LossScaler::unscale (times 1/scale and checked for Inf/NaN on the device, one kernel;
+  // it waits for the flag).
+  bool unscale_gradients(CudnnModel& net, const hvd::LossScaler& scaler) {
+    return scaler.unscale(
+        {hvd::TensorRef(net.flat_gradients(), hvd::DataType::kFloat32, {net.num_parameters()},
+                        hvd::Device::cuda(net.device()), static_cast<void*>(net.stream()))});
   }
   // Prefetched batches (data/batch_loader.h) staged in pinned memory and copied to the device by
   // the loader threads (gpu/batch_staging.h); the forward pass waits for the copy on the device.
@@ -102,7 +101,6 @@ class CudnnDevice {
   std::vector<float> host_params_, host_velocity_;
   hvd::DataType wire_dtype_;    // NetworkOptions::gradient_dtype
   DeviceArray<uint16_t> wire_;  // 16-bit copies of the gradients (flat layout), or empty
-  std::optional<DeviceGradientUnscaler> unscaler_;  // mixed precision: unscale + Inf/NaN check
 };
 
 }  // namespace

@@ -14,7 +14,8 @@
 //   forward()        waits for the loss (the Network interface returns it)
 //   --precision      bf16 / fp16: the model computes in 16 bits on tensor cores, its gradients are
 //                    float32 (gpu/cudnn_model.h); unscale_gradients() unscales and checks them on
-//                    the device (gpu/loss_scaling.h), LossScaler::update() agrees across ranks
+//                    the device (hvd::LossScaler::unscale of the flat device vector),
+//                    LossScaler::update() agrees across ranks
 //   gradient dtype   NetworkOptions::gradient_dtype bf16 / fp16 (--gradient-allreduce): gradient(i)
 //                    is a 16-bit device copy of the float32 gradient (rounded to nearest even as
 //                    the strategy rounds host gradients), all-reduced as such; gradients_reduced()

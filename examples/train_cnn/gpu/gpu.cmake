@@ -25,7 +25,6 @@ add_library(train_cnn_gpu STATIC
   ${_train_cnn_gpu_dir}/softmax_cross_entropy.cc
   ${_train_cnn_gpu_dir}/sgd_momentum.cc
   ${_train_cnn_gpu_dir}/cudnn_model.cc
-  ${_train_cnn_gpu_dir}/loss_scaling.cc
   ${_train_cnn_gpu_dir}/kernels.cu)
 # Includes rooted at the example, as the CPU model: "gpu/cudnn_model.h", "model/model.h".
 target_include_directories(train_cnn_gpu PUBLIC ${_train_cnn_gpu_dir}/..)

@@ -176,19 +176,6 @@ __global__ void scale_kernel(float* x, int64_t n, float factor) {
   }
 }
 
-__global__ void unscale_and_check_kernel(float* grads, int64_t n, float inv_scale,
-                                         int32_t* overflow) {
-  bool bad = false;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float g = grads[i];
-    const float u = __fmul_rn(g, inv_scale);
-    grads[i] = u;
-    bad = bad || !isfinite(g) || !isfinite(u);
-  }
-  if (bad) *overflow = 1;
-}
-
 }  // namespace
 
 void bias_add(float* y, const float* bias, int batch, int channels, int spatial,
@@ -318,13 +305,6 @@ void relu_backward_half(const void* y, const void* dy, void* dx, int64_t n, Half
 void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream) {
   if (n == 0) return;
   scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, factor);
-  CNN_CUDA_CHECK(cudaGetLastError());
-}
-
-void unscale_and_check(float* grads, int64_t n, float inv_scale, int32_t* overflow,
-                       cudaStream_t stream) {
-  if (n == 0) return;
-  unscale_and_check_kernel<<<blocks_for(n), kThreads, 0, stream>>>(grads, n, inv_scale, overflow);
   CNN_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -45,7 +45,7 @@ void cross_entropy_backward(const float* log_probs, const int32_t* labels, int b
 void sgd_momentum_step(float* params, const float* grads, float* velocity, int64_t n, float lr,
                        float momentum, float weight_decay, bool nesterov, cudaStream_t stream);
 
-// ---- Mixed precision (--precision fp16|bf16; the building blocks, see gpu/loss_scaling.h) ----
+// ---- Mixed precision (--precision fp16|bf16; the unscale is hvd::LossScaler::unscale) ----
 
 // The 16-bit storage formats: IEEE binary16 (__half) and bfloat16 (__nv_bfloat16).
 enum class HalfFormat { kFp16, kBf16 };
@@ -80,11 +80,5 @@ void relu_backward_half(const void* y, const void* dy, void* dx, int64_t n, Half
 // x[i] *= factor, one rounded multiply (exact for a power-of-two factor without overflow or
 // underflow): the loss gradient times the loss scale.
 void scale_in_place(float* x, int64_t n, float factor, cudaStream_t stream);
-
-// grads[i] *= inv_scale (one rounded multiply) and *overflow = 1 when any element is Inf or NaN
-// before or after; *overflow (device memory) is never cleared here: zero it before the first call
-// of a step. Any thread that sees a bad value stores 1, so the result is deterministic.
-void unscale_and_check(float* grads, int64_t n, float inv_scale, int32_t* overflow,
-                       cudaStream_t stream);
 
 }  // namespace train_cnn::gpu
