@@ -116,8 +116,13 @@ double expected_over(ReduceOp op, DataType dtype, DataType wire, bool hier,
 // The same with every rank 0..c-1 contributing.
 double expected_compressed(ReduceOp op, DataType dtype, DataType wire, bool hier, int c, int64_t i,
                            double pre, double post) {
-  std::vector<int> ranks(static_cast<size_t>(c));
-  for (int r = 0; r < c; ++r) ranks[static_cast<size_t>(r)] = r;
+  // Called once per element: the rank list is reused, not allocated each time (under ASan's slow
+  // unwinder, scripts/test --sanitize, an allocation per element made each test ~25x slower).
+  thread_local std::vector<int> ranks;
+  if (ranks.size() != static_cast<size_t>(c)) {
+    ranks.resize(static_cast<size_t>(c));
+    for (int r = 0; r < c; ++r) ranks[static_cast<size_t>(r)] = r;
+  }
   return expected_over(op, dtype, wire, hier, ranks, i, pre, post);
 }
 
