@@ -79,24 +79,28 @@ Status run_on_root(const std::string& what, F&& f) {
 // the copies are DMA on each tensor's stream.
 struct Staging {
   struct Staged {
-    const NamedTensor* tensor;
-    training::PinnedBuffer host;
+    TensorRef tensor;
+    training::PinnedBuffer memory;
+    void* host = nullptr;  // memory's bytes, tensor.size_bytes() of them
   };
   std::vector<Staged> staged;
 
+  // The host copy of `t` (pinned), for the file I/O.
+  void* add(const TensorRef& t) {
+    staged.push_back({t, {}, nullptr});
+    staged.back().host = staged.back().memory.get(t.size_bytes());
+    return staged.back().host;
+  }
   // Tensor -> host copy (queued on each tensor's stream), then one wait per stream.
   void download() {
     for (auto& s : staged)
-      training::copy(training::place_of(s.tensor->tensor), s.tensor->tensor.data(),
-                     s.host.get(s.tensor->tensor.size_bytes()), s.tensor->tensor.size_bytes());
+      training::copy(training::place_of(s.tensor), s.tensor.data(), s.host, s.tensor.size_bytes());
     synchronize();
   }
   // Host copy -> tensor, the same way.
   void upload() {
     for (auto& s : staged)
-      training::copy(training::place_of(s.tensor->tensor),
-                     s.host.get(s.tensor->tensor.size_bytes()), s.tensor->tensor.data(),
-                     s.tensor->tensor.size_bytes());
+      training::copy(training::place_of(s.tensor), s.host, s.tensor.data(), s.tensor.size_bytes());
     synchronize();
   }
 
@@ -104,7 +108,7 @@ struct Staging {
   void synchronize() {
     std::vector<std::pair<int, void*>> done;
     for (auto& s : staged) {
-      const training::Place at = training::place_of(s.tensor->tensor);
+      const training::Place at = training::place_of(s.tensor);
       const std::pair<int, void*> key{at.device.index, at.stream};
       if (std::find(done.begin(), done.end(), key) != done.end()) continue;
       training::synchronize(at);
@@ -122,12 +126,9 @@ std::vector<TensorBytes> to_bytes(const std::vector<NamedTensor>& tensors, const
   for (const auto& t : tensors)
     training::require_device(t.tensor, what + ": tensor '" + t.name + "'");
   for (const auto& t : tensors) {
-    void* data = t.tensor.data();
-    if (staging != nullptr && t.tensor.device().kind != Device::kCPU) {
-      staging->staged.push_back({&t, {}});
-      data = staging->staged.back().host.get(t.tensor.size_bytes());
-    }
-    out.push_back({t.name, t.tensor.dtype(), t.tensor.shape(), data});
+    const bool stage = staging != nullptr && t.tensor.device().kind != Device::kCPU;
+    out.push_back({t.name, t.tensor.dtype(), t.tensor.shape(),
+                   stage ? staging->add(t.tensor) : t.tensor.data()});
   }
   training::plan_layout(out);  // validates names, shapes and data pointers
   return out;

@@ -4,10 +4,12 @@
 #include "training/device.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "hvd/config.h"
 #include "hvd/error.h"
+#include "hvd/hvd.h"
 
 #if HVD_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -16,6 +18,10 @@
 #endif
 
 namespace hvd::training {
+namespace {
+// "rank N" once hvd is initialised (the errors say where), "this process" before.
+std::string who() { return initialized() ? "rank " + std::to_string(rank()) : "this process"; }
+}  // namespace
 
 #if HVD_HAVE_CUDA
 namespace {
@@ -54,8 +60,8 @@ void require_device(const TensorRef& t, const std::string& what) {
     return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
   }();
   if (t.device().index >= 0 && t.device().index < visible) return;
-  throw InvalidArgumentError(what + " is on " + device_name(t.device()) +
-                             ", but this process sees " + std::to_string(visible) +
+  throw InvalidArgumentError(what + " is on " + device_name(t.device()) + ", but " + who() +
+                             " sees " + std::to_string(visible) +
                              " CUDA device(s): pass CPU tensors, or run where that GPU is visible "
                              "(CUDA_VISIBLE_DEVICES).");
 }
@@ -132,9 +138,9 @@ OverflowCheck::PerDevice& OverflowCheck::on(Device device) {
     if (d.device == device.index) return d;
   PerDevice d;
   d.device = device.index;
-  void* flag = d.flag.get(device, sizeof(int32_t));
+  d.flag = static_cast<int32_t*>(d.memory.get(device, sizeof(int32_t)));
   const DeviceScope scope(device.index);
-  check_cuda(cudaMemset(flag, 0, sizeof(int32_t)), "cudaMemset (the overflow flag)");
+  check_cuda(cudaMemset(d.flag, 0, sizeof(int32_t)), "cudaMemset (the overflow flag)");
   devices_.push_back(std::move(d));
   return devices_.back();
 }
@@ -142,8 +148,7 @@ OverflowCheck::PerDevice& OverflowCheck::on(Device device) {
 void OverflowCheck::unscale(const TensorRef& g, double factor) {
   PerDevice& d = on(g.device());
   const DeviceScope scope(g.device().index);
-  device_math::scale_and_check(g.dtype(), g.data(), g.num_elements(), factor,
-                               static_cast<int32_t*>(d.flag.get(g.device(), sizeof(int32_t))),
+  device_math::scale_and_check(g.dtype(), g.data(), g.num_elements(), factor, d.flag,
                                static_cast<cudaStream_t>(g.stream()));
   if (std::find(d.streams.begin(), d.streams.end(), g.stream()) == d.streams.end())
     d.streams.push_back(g.stream());
@@ -159,12 +164,11 @@ bool OverflowCheck::overflowed() {
     d.streams.clear();
     // Every kernel that could set the flag is done: read it and clear it for the next step.
     int32_t host = 0;
-    void* flag = d.flag.get(Device::cuda(d.device), sizeof(int32_t));
-    check_cuda(cudaMemcpy(&host, flag, sizeof host, cudaMemcpyDeviceToHost),
+    check_cuda(cudaMemcpy(&host, d.flag, sizeof host, cudaMemcpyDeviceToHost),
                "cudaMemcpy (the overflow flag)");
     if (host != 0) {
       any = true;
-      check_cuda(cudaMemset(flag, 0, sizeof(int32_t)), "cudaMemset (the overflow flag)");
+      check_cuda(cudaMemset(d.flag, 0, sizeof(int32_t)), "cudaMemset (the overflow flag)");
     }
   }
   return any;
@@ -180,8 +184,8 @@ namespace {
 
 void require_device(const TensorRef& t, const std::string& what) {
   if (t.device().kind == Device::kCPU) return;
-  throw InvalidArgumentError(what + " is on " + device_name(t.device()) +
-                             ", but this hvd was built without CUDA (HVD_WITH_CUDA=OFF, or no CUDA "
+  throw InvalidArgumentError(what + " is on " + device_name(t.device()) + ", but " + who() +
+                             " runs an hvd built without CUDA (HVD_WITH_CUDA=OFF, or no CUDA "
                              "toolkit was found): pass CPU tensors, or rebuild hvd with CUDA.");
 }
 

@@ -97,7 +97,8 @@ class OverflowCheck {
  private:
   struct PerDevice {
     int device = -1;
-    DeviceBuffer flag;           // one int32
+    DeviceBuffer memory;         // holds the flag
+    int32_t* flag = nullptr;     // one int32 in memory, zero between steps
     std::vector<void*> streams;  // used since the last overflowed()
   };
   PerDevice& on(Device device);
