@@ -37,14 +37,20 @@ class Deterministic : public testing::Test {
   void TearDown() override { hvd::set_deterministic(false); }
 };
 
-// Rank r's operand for element i of tensor t: magnitudes from 2^-20 to 2^40, both signs.
+// Rank r's operand for element i of tensor t: magnitudes from 2^-20 to 2^40, both signs. From one
+// splitmix64 hash of (r, t, i), not a seeded std::mt19937_64 per element: seeding one costs 312
+// words of state, and the test makes about a million operands (the expected values make every
+// rank's), which under TSan took test_deterministic.np4 past its 300 s timeout.
 double operand(int r, int t, int64_t i) {
-  std::mt19937_64 gen(static_cast<uint64_t>(r) * 1000003u + static_cast<uint64_t>(t) * 7919u +
-                      static_cast<uint64_t>(i));
-  std::uniform_real_distribution<double> mant(1.0, 2.0);
-  std::uniform_int_distribution<int> exp(-20, 40);
-  const double v = std::ldexp(mant(gen), exp(gen));
-  return (gen() & 1) ? -v : v;
+  uint64_t z = static_cast<uint64_t>(r) * 1000003u + static_cast<uint64_t>(t) * 7919u +
+               static_cast<uint64_t>(i) + 0x9e3779b97f4a7c15u;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  z ^= z >> 31;
+  const double mant = 1.0 + static_cast<double>(z >> 11) * std::ldexp(1.0, -53);  // [1, 2)
+  const int exp = static_cast<int>(((z >> 1) & 1023) % 61) - 20;                  // -20 .. 40
+  const double v = std::ldexp(mant, exp);
+  return (z & 1) ? -v : v;
 }
 
 template <class T>
