@@ -415,29 +415,49 @@ optim::Optimizer& unwrap(optim::Optimizer& opt) {
 
 }  // namespace
 
-void Checkpointer::save(int64_t step, const ::torch::nn::Module& model,
-                        optim::Optimizer& optimizer_in,
-                        const std::map<std::string, std::string>& metadata) {
-  optim::Optimizer& optimizer = unwrap(optimizer_in);
-  const Kind& k = kind_of(optimizer, "Checkpointer::save");
+void Checkpointer::save_state(int64_t step, const ::torch::nn::Module& model,
+                              optim::Optimizer* optimizer_in,
+                              const std::map<std::string, std::string>& metadata, bool async) {
   Staged s;
   add_model(s, model);
-  const std::vector<int64_t> desc = describe_state(optimizer, k);
-  s.add("optimizer.header",
-        int64_tensor(std::vector<int64_t>(desc.begin(), desc.begin() + kHeader)));
-  s.add("optimizer.state", int64_tensor(desc));
-  s.add("optimizer.options", float64_tensor(get_options(optimizer, k)));
-  for (const auto& [name, t] : state_tensors(optimizer, k, "optimizer.")) s.add(name, t);
   std::map<std::string, std::string> meta = metadata;
-  meta["hvd.torch.optimizer"] = k.name;
-  checkpointer_.save(step, s.named, meta);
+  if (optimizer_in != nullptr) {
+    optim::Optimizer& optimizer = unwrap(*optimizer_in);
+    const Kind& k = kind_of(optimizer, async ? "Checkpointer::save_async" : "Checkpointer::save");
+    const std::vector<int64_t> desc = describe_state(optimizer, k);
+    s.add("optimizer.header",
+          int64_tensor(std::vector<int64_t>(desc.begin(), desc.begin() + kHeader)));
+    s.add("optimizer.state", int64_tensor(desc));
+    s.add("optimizer.options", float64_tensor(get_options(optimizer, k)));
+    for (const auto& [name, t] : state_tensors(optimizer, k, "optimizer.")) s.add(name, t);
+    meta["hvd.torch.optimizer"] = k.name;
+  }
+  // save_async: rank 0 copies the views before the call returns, so `s` may go.
+  if (async)
+    checkpointer_.save_async(step, s.named, meta);
+  else
+    checkpointer_.save(step, s.named, meta);
+}
+
+void Checkpointer::save(int64_t step, const ::torch::nn::Module& model, optim::Optimizer& optimizer,
+                        const std::map<std::string, std::string>& metadata) {
+  save_state(step, model, &optimizer, metadata, false);
 }
 
 void Checkpointer::save(int64_t step, const ::torch::nn::Module& model,
                         const std::map<std::string, std::string>& metadata) {
-  Staged s;
-  add_model(s, model);
-  checkpointer_.save(step, s.named, metadata);
+  save_state(step, model, nullptr, metadata, false);
+}
+
+void Checkpointer::save_async(int64_t step, const ::torch::nn::Module& model,
+                              optim::Optimizer& optimizer,
+                              const std::map<std::string, std::string>& metadata) {
+  save_state(step, model, &optimizer, metadata, true);
+}
+
+void Checkpointer::save_async(int64_t step, const ::torch::nn::Module& model,
+                              const std::map<std::string, std::string>& metadata) {
+  save_state(step, model, nullptr, metadata, true);
 }
 
 std::optional<int64_t> Checkpointer::restore_latest(::torch::nn::Module& model) {

@@ -4,6 +4,10 @@
 // rank 0, and rank 0 reports the outcome of its I/O in that sequence instead of throwing out of it.
 //   save:    rank 0 writes, fsyncs, renames, prunes       | broadcast status {code, 0, len}
 //                                                          | broadcast message (when len > 0)
+//   save_async: rank 0 checks and copies the tensors,      | the same broadcasts
+//            then starts its writer thread (the write
+//            below, on its own; no collective in it)
+//   wait:    rank 0 joins its writer thread                 | the same broadcasts
 //   restore: allreduce-max {bad rank + 1, sig, -sig}: every rank's tensors are valid and all ranks
 //            passed the same names/dtypes/shapes (sig = hash of them; max(sig) == -max(-sig) iff
 //            all equal), checked before anything that could hang on a mismatch
@@ -11,12 +15,17 @@
 //                                                          | broadcast payload: metadata or message
 //                                                          | broadcast of each tensor (when found)
 // A status other than kOk is thrown on every rank as the same exception type with the same text.
+// Every collective call of a Checkpointer starts, on rank 0, by joining the writer thread of the
+// last save_async(): a failed write becomes that call's status (and the call does nothing else),
+// so the failure reaches every rank in the broadcasts the call makes anyway.
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <limits>
+#include <memory>
+#include <thread>
 #include <utility>
 
 #include "hvd/checkpoint.h"
@@ -83,32 +92,65 @@ struct Staging {
     training::PinnedBuffer memory;
     void* host = nullptr;  // memory's bytes, tensor.size_bytes() of them
   };
-  std::vector<Staged> staged;
+  struct HostCopy {
+    std::unique_ptr<unsigned char[]> bytes;
+    std::size_t capacity = 0;
+  };
+  // Kept across reset() (a Checkpointer's save_async calls reuse them): allocating and faulting in
+  // the memory again cost more than the copy itself (256 MiB: docs/benchmarks.md, "Checkpoints").
+  std::vector<Staged> staged;  // the first `used` are this call's
+  std::size_t used = 0;
+  // save_async: CPU tensors are copied too (the caller may change them once the call returns).
+  bool copy_cpu = false;
+  std::vector<HostCopy> cpu_copies;
+  std::size_t cpu_used = 0;
 
+  // Forgets the tensors of the last call; keeps the memory.
+  void reset() {
+    for (std::size_t i = 0; i < used; ++i) staged[i].tensor = TensorRef();
+    used = cpu_used = 0;
+  }
+  // A copy of the CPU tensor `t` made now, for the file I/O.
+  void* copy_now(const TensorRef& t) {
+    const std::size_t n = t.size_bytes();
+    if (n == 0) return t.data();  // (nothing to copy; the pointer only passes the validation)
+    if (cpu_used == cpu_copies.size()) cpu_copies.emplace_back();
+    HostCopy& c = cpu_copies[cpu_used++];
+    if (c.capacity < n) {
+      c.bytes = std::make_unique_for_overwrite<unsigned char[]>(n);
+      c.capacity = n;
+    }
+    std::memcpy(c.bytes.get(), t.data(), n);
+    return c.bytes.get();
+  }
   // The host copy of `t` (pinned), for the file I/O.
   void* add(const TensorRef& t) {
-    staged.push_back({t, {}, nullptr});
-    staged.back().host = staged.back().memory.get(t.size_bytes());
-    return staged.back().host;
+    if (used == staged.size()) staged.emplace_back();
+    Staged& s = staged[used++];
+    s.tensor = t;
+    s.host = s.memory.get(t.size_bytes());
+    return s.host;
   }
   // Tensor -> host copy (queued on each tensor's stream), then one wait per stream.
   void download() {
-    for (auto& s : staged)
-      training::copy(training::place_of(s.tensor), s.tensor.data(), s.host, s.tensor.size_bytes());
+    for (std::size_t i = 0; i < used; ++i)
+      training::copy(training::place_of(staged[i].tensor), staged[i].tensor.data(), staged[i].host,
+                     staged[i].tensor.size_bytes());
     synchronize();
   }
   // Host copy -> tensor, the same way.
   void upload() {
-    for (auto& s : staged)
-      training::copy(training::place_of(s.tensor), s.host, s.tensor.data(), s.tensor.size_bytes());
+    for (std::size_t i = 0; i < used; ++i)
+      training::copy(training::place_of(staged[i].tensor), staged[i].host, staged[i].tensor.data(),
+                     staged[i].tensor.size_bytes());
     synchronize();
   }
 
  private:
   void synchronize() {
     std::vector<std::pair<int, void*>> done;
-    for (auto& s : staged) {
-      const training::Place at = training::place_of(s.tensor);
+    for (std::size_t i = 0; i < used; ++i) {
+      const training::Place at = training::place_of(staged[i].tensor);
       const std::pair<int, void*> key{at.device.index, at.stream};
       if (std::find(done.begin(), done.end(), key) != done.end()) continue;
       training::synchronize(at);
@@ -118,7 +160,8 @@ struct Staging {
 };
 
 // The tensors as the file I/O sees them. A CUDA tensor is read and written through a pinned host
-// copy in `staging` (rank 0); without staging its device pointer only passes the validation.
+// copy in `staging` (rank 0); without staging its device pointer only passes the validation. With
+// staging->copy_cpu, a CPU tensor is copied once it passed the validation.
 std::vector<TensorBytes> to_bytes(const std::vector<NamedTensor>& tensors, const std::string& what,
                                   Staging* staging = nullptr) {
   std::vector<TensorBytes> out;
@@ -131,6 +174,10 @@ std::vector<TensorBytes> to_bytes(const std::vector<NamedTensor>& tensors, const
                    stage ? staging->add(t.tensor) : t.tensor.data()});
   }
   training::plan_layout(out);  // validates names, shapes and data pointers
+  if (staging != nullptr && staging->copy_cpu)
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (tensors[i].tensor.device().kind == Device::kCPU)
+        out[i].data = staging->copy_now(tensors[i].tensor);
   return out;
 }
 
@@ -189,6 +236,83 @@ int64_t signature(const std::vector<NamedTensor>& tensors) {
 
 void warn(const std::string& text) { std::fprintf(stderr, "hvd: warning: %s\n", text.c_str()); }
 
+// Rank 0, save() and save_async(): the arguments that the tensors' validation does not check.
+void check_save_arguments(int64_t step, const std::map<std::string, std::string>& metadata) {
+  if (step < 0) throw InvalidArgumentError("the step is negative; pass a step >= 0");
+  for (const char* key : kReservedKeys)
+    if (metadata.count(key))
+      throw InvalidArgumentError(std::string("metadata key '") + key +
+                                 "' is reserved (hvd writes step, format, checksum, "
+                                 "checksum_algorithm); rename it");
+}
+
+// Rank 0: writes checkpoint `step` from `bytes`, then prunes (the end of save and save_async).
+void write_and_prune(const std::string& dir, int keep_last, int64_t step,
+                     const std::vector<TensorBytes>& bytes,
+                     std::map<std::string, std::string> metadata, const std::string& what) {
+  metadata["step"] = std::to_string(step);
+  metadata["format"] = "hvd";
+  training::write_checkpoint_file(dir, step, bytes, std::move(metadata));
+  for (const auto& w : training::prune_checkpoints(dir, keep_last, step)) warn(what + ": " + w);
+}
+
+}  // namespace
+
+// Rank 0's write of a save_async(): the step's copy and the thread that writes it. Kept after the
+// write (running false) for its memory, which the next save_async reuses.
+struct Checkpointer::Write {
+  std::string what;  // "Checkpointer::save_async(step N) to 'dir'"
+  Staging staging;   // the tensors' copies: CPU ones, and CUDA ones in pinned memory
+  std::vector<TensorBytes> bytes;
+  bool running = false;  // a thread writes; finish() joins it
+  Status outcome;        // the thread's, read after the join
+  std::thread thread;
+
+  void start(const std::string& dir, int keep_last, int64_t step,
+             std::map<std::string, std::string> metadata) {
+    outcome = {};
+    thread = std::thread([this, dir, keep_last, step, md = std::move(metadata)]() mutable {
+      outcome = run_on_root(what, [&]() -> Status {
+        write_and_prune(dir, keep_last, step, bytes, std::move(md), what);
+        return {};
+      });
+    });
+    running = true;
+  }
+  // The write's outcome (kOk when none ran since the last finish()).
+  Status finish() {
+    if (!running) return {};
+    thread.join();
+    running = false;
+    bytes.clear();
+    staging.reset();
+    return std::exchange(outcome, Status{});
+  }
+};
+
+namespace {
+
+// Rank 0: joins the pending write, if any; its failure as the status of the call `now` ("" for
+// wait(), whose outcome it is), which then does nothing else.
+template <class W>
+Status finish_write(std::unique_ptr<W>& pending, const std::string& now) {
+  if (!pending) return {};
+  Status s = pending->finish();
+  if (s.code != kOk && !now.empty())
+    s.payload += "; " + now + " did nothing (the checkpoints already in the directory are intact)";
+  return s;
+}
+
+// Not collective (a destructor, a move): the failure goes to stderr.
+template <class W>
+void finish_write_quietly(std::unique_ptr<W>& pending) {
+  const Status s = finish_write(pending, "");
+  if (s.code != kOk)
+    warn(s.payload +
+         " (seen when the Checkpointer was destroyed or replaced; Checkpointer::wait() throws it "
+         "on every rank)");
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(std::string dir, int keep_last)
@@ -201,6 +325,20 @@ Checkpointer::Checkpointer(std::string dir, int keep_last)
                                "; pass a positive count of checkpoints to keep, or 0 to keep all");
 }
 
+Checkpointer::~Checkpointer() { finish_write_quietly(pending_); }
+
+Checkpointer::Checkpointer(Checkpointer&&) noexcept = default;
+
+Checkpointer& Checkpointer::operator=(Checkpointer&& o) noexcept {
+  if (this == &o) return *this;
+  finish_write_quietly(pending_);
+  dir_ = std::move(o.dir_);
+  keep_last_ = o.keep_last_;
+  last_metadata_ = std::move(o.last_metadata_);
+  pending_ = std::move(o.pending_);
+  return *this;
+}
+
 std::string Checkpointer::path_for(int64_t step) const {
   return (dir_.back() == '/' ? dir_ : dir_ + "/") + training::checkpoint_file_name(step);
 }
@@ -210,28 +348,49 @@ void Checkpointer::save(int64_t step, const std::vector<NamedTensor>& tensors,
   const std::string what =
       "Checkpointer::save(step " + std::to_string(step) + ") to '" + dir_ + "'";
   Status mine;
-  if (rank() == 0) {
+  if (rank() == 0) mine = finish_write(pending_, what);
+  if (rank() == 0 && mine.code == kOk) {
     mine = run_on_root(what, [&]() -> Status {
-      if (step < 0) throw InvalidArgumentError("the step is negative; pass a step >= 0");
-      for (const char* key : kReservedKeys)
-        if (metadata.count(key))
-          throw InvalidArgumentError(
-              std::string("metadata key '") + key +
-              "' is reserved (hvd writes step, format, checksum, checksum_algorithm); "
-              "rename it");
+      check_save_arguments(step, metadata);
       Staging staging;
       auto bytes = to_bytes(tensors, "save", &staging);
       staging.download();  // CUDA tensors: copied now, so the write needs no device
-      auto md = metadata;
-      md["step"] = std::to_string(step);
-      md["format"] = "hvd";
-      training::write_checkpoint_file(dir_, step, bytes, std::move(md));
-      for (const auto& w : training::prune_checkpoints(dir_, keep_last_, step))
-        warn(what + ": " + w);
+      write_and_prune(dir_, keep_last_, step, bytes, metadata, what);
       return {};
     });
   }
   Status s = broadcast_status(mine, "save");
+  if (s.code != kOk) throw_status(s);
+}
+
+void Checkpointer::save_async(int64_t step, const std::vector<NamedTensor>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  const std::string what =
+      "Checkpointer::save_async(step " + std::to_string(step) + ") to '" + dir_ + "'";
+  Status mine;
+  if (rank() == 0) mine = finish_write(pending_, what);
+  if (rank() == 0 && mine.code == kOk) {
+    mine = run_on_root(what, [&]() -> Status {
+      check_save_arguments(step, metadata);
+      if (!pending_) pending_ = std::make_unique<Write>();
+      Write& w = *pending_;  // finished: its memory is reused
+      w.what = what;
+      w.staging.copy_cpu = true;
+      w.staging.reset();
+      w.bytes = to_bytes(tensors, "save_async", &w.staging);
+      w.staging.download();  // CUDA tensors: copied now; the writer needs no device
+      w.start(dir_, keep_last_, step, metadata);
+      return {};
+    });
+  }
+  Status s = broadcast_status(mine, "save");
+  if (s.code != kOk) throw_status(s);
+}
+
+void Checkpointer::wait() {
+  Status mine;
+  if (rank() == 0) mine = finish_write(pending_, "");
+  Status s = broadcast_status(mine, "wait");
   if (s.code != kOk) throw_status(s);
 }
 
@@ -302,9 +461,10 @@ std::optional<int64_t> Checkpointer::restore_latest(const std::vector<NamedTenso
         ": ranks passed different tensor lists (names, dtypes or shapes differ); "
         "pass the same tensors on every rank");
 
-  // 2. Rank 0 finds the newest good checkpoint and loads it.
+  // 2. Rank 0 finds the newest good checkpoint and loads it (after a pending write).
   Status mine;
-  if (me == 0) {
+  if (me == 0) mine = finish_write(pending_, what);
+  if (me == 0 && mine.code == kOk) {
     mine = run_on_root(what, [&]() -> Status {
       for (const auto& file : training::list_checkpoints(dir_)) {
         training::SafetensorsHeader header;

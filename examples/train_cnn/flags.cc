@@ -131,7 +131,11 @@ void add_checkpoint_flags(po::options_description& all, Flags& f) {
                  po::value(&f.checkpoint_every_epoch)->default_value(true)->implicit_value(true),
                  "save at each epoch end (=false: only at the end of the run)")(
       "keep-checkpoints", po::value(&f.keep_checkpoints)->default_value(f.keep_checkpoints),
-      "checkpoints kept (0: all)");
+      "checkpoints kept (0: all)")(
+      "checkpoint-async", po::bool_switch(&f.checkpoint_async),
+      "write the periodic checkpoints (every N steps, each epoch) while training goes on: rank 0 "
+      "copies the weights and a thread writes the file; the last save and a stop's still wait "
+      "for theirs");
 
   all.add(ckpt);
 }
@@ -271,6 +275,8 @@ void validate(Flags& f, const po::variables_map& vm, const std::string& warmup,
           "it must be 0 (off) or a number of steps");
   if (f.checkpoint_every_steps > 0 && f.checkpoint_dir.empty())
     bad("--checkpoint-every-steps needs --checkpoint-dir: the folder to save the checkpoints in.");
+  if (f.checkpoint_async && f.checkpoint_dir.empty())
+    bad("--checkpoint-async needs --checkpoint-dir: the folder to save the checkpoints in.");
   require(f.global_batch_size >= 0, "--global-batch-size", f.global_batch_size,
           "it must be 0 (--batch-size x replicas) or a number of images");
   if (f.global_batch_size > 0 && f.global_batch_size % f.batch_size != 0)

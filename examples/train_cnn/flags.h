@@ -64,6 +64,9 @@ struct Flags {
   bool checkpoint_every_epoch = true;
   int64_t checkpoint_every_steps = 0;  // also save every N global steps (0: off)
   int keep_checkpoints = 3;
+  // Periodic saves (every N steps, each epoch) written while training goes on
+  // (hvd::Checkpointer::save_async); the last save and a stop's wait for the file.
+  bool checkpoint_async = false;
   // Stop at an agreed step on these signals (hvd/stop.h), save, and exit hvd::kExitRequeue.
   std::vector<int> stop_signals;  // parse_flags: --stop-signals (default TERM,USR1)
 

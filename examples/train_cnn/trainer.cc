@@ -382,8 +382,17 @@ model::Evaluation Trainer::evaluate_test(int epoch) {
   return global;
 }
 
-void Trainer::save_checkpoint(int next_epoch, int64_t step_in_epoch) {
-  if (!checkpointer_ || last_saved_step_ == global_step_) return;
+void Trainer::save_checkpoint(int next_epoch, int64_t step_in_epoch, bool in_background) {
+  if (!checkpointer_) return;
+  const bool async = in_background && flags_.checkpoint_async;
+  if (last_saved_step_ == global_step_) {
+    // Saved already; a write still in the background is waited for at the end and at a stop.
+    if (!async && writing_step_ >= 0) {
+      checkpointer_->wait();
+      report_written();
+    }
+    return;
+  }
   net_->state_to_host();
   std::map<std::string, std::string> metadata{
       {"epoch", std::to_string(next_epoch)},
@@ -398,15 +407,34 @@ void Trainer::save_checkpoint(int next_epoch, int64_t step_in_epoch) {
       {"data", flags_.synthetic ? "synthetic" : flags_.data_dir},
       {"program", "train_cnn"}};
   precision_->save(metadata);
-  checkpointer_->save(global_step_, net_->state(), metadata);
+  // Either call first waits for the write in the background (and throws its failure).
+  if (async)
+    checkpointer_->save_async(global_step_, net_->state(), metadata);
+  else
+    checkpointer_->save(global_step_, net_->state(), metadata);
+  report_written();
   last_saved_step_ = global_step_;
-  progress_->line("checkpoint: saved step " + std::to_string(global_step_) + " to " +
-                  checkpointer_->path_for(global_step_));
+  if (async) {
+    writing_step_ = global_step_;
+    progress_->line("checkpoint: writing step " + std::to_string(global_step_) + " to " +
+                    checkpointer_->path_for(global_step_) + " in the background");
+  } else {
+    progress_->line("checkpoint: saved step " + std::to_string(global_step_) + " to " +
+                    checkpointer_->path_for(global_step_));
+  }
+}
+
+void Trainer::report_written() {
+  if (writing_step_ < 0) return;
+  progress_->line("checkpoint: saved step " + std::to_string(writing_step_) + " to " +
+                  checkpointer_->path_for(writing_step_));
+  writing_step_ = -1;
 }
 
 bool Trainer::after_step(int epoch, int64_t next_step_in_epoch) {
   const int64_t every = flags_.checkpoint_every_steps;
-  if (every > 0 && global_step_ % every == 0) save_checkpoint(epoch, next_step_in_epoch);
+  if (every > 0 && global_step_ % every == 0)
+    save_checkpoint(epoch, next_step_in_epoch, /*in_background=*/true);
   // The same answer on every rank after the same step (hvd/stop.h): the step's all-reduces were
   // waited for on every rank alike.
   if (!stop_ || !stop_->should_stop()) return false;
@@ -579,7 +607,7 @@ void Trainer::end_epoch(EpochStats& e, TrainSummary& sum) {
   progress_->epoch_end(e);
   csv_.epoch(e);
   sum.epochs_done = e.epoch + 1;
-  if (flags_.checkpoint_every_epoch) save_checkpoint(e.epoch + 1, 0);
+  if (flags_.checkpoint_every_epoch) save_checkpoint(e.epoch + 1, 0, /*in_background=*/true);
 }
 
 void Trainer::evaluate_at_stop(int epoch, TrainSummary& sum) {

@@ -91,7 +91,10 @@ class Trainer {
   bool evaluates() const;  // a test set is evaluated (not --benchmark, not --test-limit 0)
   // Test loss/accuracy over the first test_limit test images, sharded across ranks.
   model::Evaluation evaluate_test(int epoch);
-  void save_checkpoint(int next_epoch, int64_t step_in_epoch);
+  // in_background: with --checkpoint-async, the file is written while training goes on
+  // (hvd::Checkpointer::save_async); the end of a run and a stop wait for it.
+  void save_checkpoint(int next_epoch, int64_t step_in_epoch, bool in_background = false);
+  void report_written();  // "checkpoint: saved step N" for the write in the background, if any
   // After a step: --checkpoint-every-steps, then the agreed stop (true: stop the run here).
   bool after_step(int epoch, int64_t next_step_in_epoch);
   void report_stop(int epoch, int64_t step_in_epoch);
@@ -120,6 +123,7 @@ class Trainer {
   int64_t start_step_in_epoch_ = 0;
   int64_t global_step_ = 0;
   int64_t last_saved_step_ = -1;
+  int64_t writing_step_ = -1;  // the step written in the background, until a call confirms it
 };
 
 }  // namespace train_cnn

@@ -311,6 +311,8 @@ class DistributedOptimizer : public ::torch::optim::Optimizer {
 // hvd::Checkpointer: rank 0 writes and reads, restore_latest() fills every rank. Tensors on a GPU
 // go through CPU copies. A restore creates the optimizer state the checkpoint has (also on ranks
 // that have taken no step) and removes state it does not have, so a resumed run continues exactly.
+// save_async() returns once rank 0 holds a copy and writes the file while training goes on; the
+// next call (or wait()) throws a failed write on every rank (hvd::Checkpointer::save_async).
 class Checkpointer {
  public:
   explicit Checkpointer(std::string dir, int keep_last = 3)
@@ -319,6 +321,13 @@ class Checkpointer {
             const std::map<std::string, std::string>& metadata = {});
   void save(int64_t step, const ::torch::nn::Module& model,
             const std::map<std::string, std::string>& metadata = {});
+  void save_async(int64_t step, const ::torch::nn::Module& model,
+                  ::torch::optim::Optimizer& optimizer,
+                  const std::map<std::string, std::string>& metadata = {});
+  void save_async(int64_t step, const ::torch::nn::Module& model,
+                  const std::map<std::string, std::string>& metadata = {});
+  // Collective: the last save_async()'s file is durable, or its failure is thrown on every rank.
+  void wait() { checkpointer_.wait(); }
   // The step of the checkpoint restored, or std::nullopt (nothing changed) when dir has none.
   std::optional<int64_t> restore_latest(::torch::nn::Module& model,
                                         ::torch::optim::Optimizer& optimizer);
@@ -331,6 +340,12 @@ class Checkpointer {
     save(step, *model, optimizer, metadata);
   }
   template <class M>
+  void save_async(int64_t step, const ::torch::nn::ModuleHolder<M>& model,
+                  ::torch::optim::Optimizer& optimizer,
+                  const std::map<std::string, std::string>& metadata = {}) {
+    save_async(step, *model, optimizer, metadata);
+  }
+  template <class M>
   std::optional<int64_t> restore_latest(::torch::nn::ModuleHolder<M>& model,
                                         ::torch::optim::Optimizer& optimizer) {
     return restore_latest(*model, optimizer);
@@ -338,6 +353,9 @@ class Checkpointer {
   hvd::Checkpointer& checkpointer() { return checkpointer_; }
 
  private:
+  void save_state(int64_t step, const ::torch::nn::Module& model,
+                  ::torch::optim::Optimizer* optimizer,
+                  const std::map<std::string, std::string>& metadata, bool async);
   hvd::Checkpointer checkpointer_;
 };
 

@@ -451,6 +451,42 @@ TEST_F(TorchTraining, CheckpointerRestoresModelAndOptimizerState) {
   if (r() == 0) remove_tree(dir);
 }
 
+// save_async: the checkpoint holds the model and optimizer of the call, though the next steps
+// change them before the write can have finished; a fresh model restores it exactly.
+TEST_F(TorchTraining, CheckpointerSaveAsyncKeepsTheStateOfTheCall) {
+  at::Tensor pid =
+      ht::broadcast(at::full({1}, static_cast<int64_t>(getpid()), at::kLong), 0, "ckpt.pid.async");
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("hvd-torch-ckpt-async-" + std::to_string(pid.item<int64_t>())))
+                              .string();
+  torch::manual_seed(11);
+  torch::nn::Linear model(4, 3);
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  take_steps(model, adam, 2);
+  ht::broadcast_parameters(model->named_parameters(), 0);
+  ht::broadcast_optimizer_state(adam, 0);
+  ht::Checkpointer ckpt(dir);
+  ckpt.save_async(3, model, adam);
+  std::vector<at::Tensor> want;
+  for (const auto& p : model->parameters()) want.push_back(p.detach().clone());
+  const std::vector<at::Tensor> want_state = state_of(adam, {"exp_avg", "exp_avg_sq", "step"});
+  take_steps(model, adam, 2);  // at once: the write must not see these
+  ckpt.wait();
+
+  torch::manual_seed(2000 + r());
+  torch::nn::Linear fresh(4, 3);
+  torch::optim::Adam fresh_adam(fresh->parameters(), torch::optim::AdamOptions(0.5));
+  EXPECT_EQ(ckpt.restore_latest(fresh, fresh_adam), std::optional<int64_t>(3));
+  auto got = fresh->parameters();
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << i;
+  const std::vector<at::Tensor> got_state = state_of(fresh_adam, {"exp_avg", "exp_avg_sq", "step"});
+  ASSERT_EQ(got_state.size(), want_state.size());
+  for (std::size_t i = 0; i < got_state.size(); ++i)
+    EXPECT_TRUE(at::equal(got_state[i], want_state[i])) << i;
+  hvd::barrier();
+  if (r() == 0) remove_tree(dir);
+}
+
 // ---- DistributedSampler -------------------------------------------------------------------------
 
 TEST(TorchSampler, RanksTogetherTakeTheGlobalBatches) {

@@ -1,11 +1,13 @@
 // Checkpointer across 1..4 ranks: save on rank 0, restore everywhere; pruning; corrupted newest
 // file -> the previous one; no checkpoint -> nullopt everywhere; rank-0 failures -> the same
-// hvd::Error on every rank. Every rank computes the values it expects itself.
+// hvd::Error on every rank; save_async: the values of the call, one write at a time, a failed
+// write thrown by the next call on every rank. Every rank computes the values it expects itself.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -100,6 +102,15 @@ struct State {
             {"half", hvd::TensorRef(half.data(), DataType::kBFloat16, {4})},
             {"mask", hvd::TensorRef(mask.data(), DataType::kUInt8, {0, 4})},
             {"big", hvd::TensorRef(big.data(), DataType::kInt32, {300001})}};
+  }
+
+  // Overwrites every element in place with `o`'s (the tensors() views stay valid).
+  void overwrite_with(const State& o) {
+    std::copy(o.weight.begin(), o.weight.end(), weight.begin());
+    std::copy(o.bias.begin(), o.bias.end(), bias.begin());
+    std::copy(o.counter.begin(), o.counter.end(), counter.begin());
+    std::copy(o.half.begin(), o.half.end(), half.begin());
+    std::copy(o.big.begin(), o.big.end(), big.begin());
   }
 
   bool operator==(const State& o) const {
@@ -363,6 +374,123 @@ TEST_F(CheckpointTest, DifferentTensorListsAcrossRanksAreAnErrorNotAHang) {
   });
   EXPECT_NE(msg.find("different tensor lists"), std::string::npos) << msg;
   EXPECT_TRUE(same_on_every_rank(msg));
+}
+
+// save_async returns once rank 0 has its copy: the caller changes the tensors at once, and the
+// file still holds the values of the call (rank 0's); wait() makes it durable; every rank restores
+// it.
+TEST_F(CheckpointTest, SaveAsyncWritesTheValuesOfTheCall) {
+  SharedTempDir dir;
+  hvd::Checkpointer ck(dir.path(), 0);
+  State st(4, hvd::rank() == 0 ? 0 : 500 + hvd::rank());
+  ck.save_async(4, st.tensors(), {{"epoch", "1"}});
+  st.overwrite_with(State(99));  // the next steps' values, before the write can have finished
+  ck.wait();
+  EXPECT_TRUE(fs::exists(ck.path_for(4))) << ck.path_for(4);
+  State restored(-1, hvd::rank());
+  EXPECT_EQ(ck.restore_latest(restored.tensors()), 4);
+  EXPECT_TRUE(restored == State(4)) << "rank " << hvd::rank();
+  EXPECT_EQ(ck.last_metadata().at("epoch"), "1");
+  EXPECT_EQ(ck.last_metadata().at("step"), "4");
+  ck.wait();  // nothing pending: returns on every rank
+}
+
+// Several save_async calls in a row: each waits for the previous write, keep_last prunes as
+// save() does, and restore_latest waits for the last write before it looks.
+TEST_F(CheckpointTest, SaveAsyncInARowWritesEveryStepAndPrunes) {
+  SharedTempDir dir;
+  hvd::Checkpointer ck(dir.path(), 2);
+  State st(0);
+  for (int64_t s = 1; s <= 5; ++s) {
+    st.overwrite_with(State(s));
+    ck.save_async(s, st.tensors());
+  }
+  State restored(0);
+  EXPECT_EQ(ck.restore_latest(restored.tensors()), 5);
+  EXPECT_TRUE(restored == State(5));
+  on_rank0([&] {
+    EXPECT_EQ(checkpoint_names(dir.path()),
+              (std::vector<std::string>{"ckpt-000000000004.safetensors",
+                                        "ckpt-000000000005.safetensors"}));
+  });
+  // A synchronous save after an asynchronous one: both files, in order.
+  st.overwrite_with(State(6));
+  ck.save_async(6, st.tensors());
+  st.overwrite_with(State(7));
+  ck.save(7, st.tensors());
+  on_rank0([&] {
+    EXPECT_EQ(checkpoint_names(dir.path()),
+              (std::vector<std::string>{"ckpt-000000000006.safetensors",
+                                        "ckpt-000000000007.safetensors"}));
+  });
+}
+
+// A write that fails on rank 0's writer thread is thrown on every rank by the next call of the
+// Checkpointer (wait, or another save), naming its step; the next call does nothing else, and the
+// failure is reported once.
+TEST_F(CheckpointTest, AFailedAsyncWriteIsThrownByTheNextCallOnEveryRank) {
+  SharedTempDir dir;
+  on_rank0([&] { write_file(dir / "not-a-dir", "x"); });
+  State st(1);
+  {
+    hvd::Checkpointer ck(dir / "not-a-dir/a");
+    ck.save_async(1, st.tensors());  // the arguments are good: the call returns everywhere
+    const std::string msg = expect_throw<hvd::Error>([&] { ck.wait(); });
+    EXPECT_NE(msg.find("Checkpointer::save_async(step 1)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("failed on rank 0"), std::string::npos) << msg;
+    EXPECT_TRUE(same_on_every_rank(msg));
+    ck.wait();  // reported once: nothing pending now
+  }
+  {
+    hvd::Checkpointer ck(dir / "not-a-dir/b");
+    ck.save_async(2, st.tensors());
+    const std::string msg = expect_throw<hvd::Error>([&] { ck.save_async(3, st.tensors()); });
+    EXPECT_NE(msg.find("Checkpointer::save_async(step 2)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("save_async(step 3) to '" + (dir / "not-a-dir/b") + "' did nothing"),
+              std::string::npos)
+        << msg;
+    EXPECT_TRUE(same_on_every_rank(msg));
+    ck.wait();  // step 3 was not started
+  }
+  // The runtime is still usable.
+  hvd::Checkpointer good(dir / "good");
+  good.save_async(8, st.tensors());
+  State restored(0);
+  EXPECT_EQ(good.restore_latest(restored.tensors()), 8);
+  EXPECT_TRUE(restored == State(1));
+}
+
+// save_async checks its arguments at the call, as save() does: the error on every rank at once,
+// and nothing pending afterwards.
+TEST_F(CheckpointTest, SaveAsyncBadArgumentsAreThrownAtTheCallOnEveryRank) {
+  SharedTempDir dir;
+  hvd::Checkpointer ck(dir.path());
+  std::vector<float> x(3, 1.f);
+  const hvd::TensorRef t(x.data(), hvd::DataType::kFloat32, {3});
+  std::string msg = expect_throw<hvd::InvalidArgumentError>([&] {
+    ck.save_async(1, {{"w", t}, {"w", t}});
+  });
+  EXPECT_NE(msg.find("save_async(step 1)"), std::string::npos) << msg;
+  EXPECT_TRUE(same_on_every_rank(msg));
+  msg = expect_throw<hvd::InvalidArgumentError>([&] {
+    ck.save_async(2, {{"w", t}}, {{"checksum", "x"}});
+  });
+  EXPECT_NE(msg.find("reserved"), std::string::npos) << msg;
+  ck.wait();
+  on_rank0([&] { EXPECT_TRUE(checkpoint_names(dir.path()).empty()); });
+}
+
+// A Checkpointer destroyed while its write runs waits for it: the file is there afterwards.
+TEST_F(CheckpointTest, ACheckpointerDestroyedWhileWritingFinishesTheFile) {
+  SharedTempDir dir;
+  State st(3);
+  {
+    hvd::Checkpointer ck(dir.path());
+    ck.save_async(3, st.tensors());
+  }
+  State restored(0);
+  EXPECT_EQ(hvd::Checkpointer(dir.path()).restore_latest(restored.tensors()), 3);
+  EXPECT_TRUE(restored == State(3));
 }
 
 }  // namespace

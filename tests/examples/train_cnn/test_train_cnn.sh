@@ -169,14 +169,27 @@ case "$mode" in
       [[ -s ck_a/$(printf 'ckpt-%012d.safetensors' $s) ]] || { ls ck_a; fail "no checkpoint of step $s"; }
     done
 
+    echo "== (a2) the same with --checkpoint-async: the same checkpoints, the same weights"
+    mpi $np "${common[@]}" --checkpoint-async --checkpoint-dir ck_a2 --dump-weights a2.bin >a2.log 2>&1 ||
+      { cat a2.log; fail "the run with --checkpoint-async failed"; }
+    [[ $(grep -c '^checkpoint: saved step' a2.log) -eq $want ]] ||
+      { cat a2.log; fail "--checkpoint-async: expected $want 'saved' lines"; }
+    [[ $(grep -c '^checkpoint: writing step .* in the background$' a2.log) -ge $((want - 1)) ]] ||
+      { cat a2.log; fail "--checkpoint-async: the periodic saves were not written in the background"; }
+    [[ $(ls ck_a2) == $(ls ck_a) ]] || { ls ck_a ck_a2; fail "--checkpoint-async wrote other checkpoints"; }
+    for f in ck_a/*.safetensors; do
+      cmp -s "$f" "ck_a2/${f#ck_a/}" || fail "--checkpoint-async: ${f#ck_a/} differs from the synchronous run's"
+    done
+    "$compare" a.bin a2.bin bitwise || fail "--checkpoint-async changed the final weights"
+
     # interrupted NAME HOW: runs the job slowed down, signals it once the checkpoint of step
     # $every exists (HOW: one-rank, every-rank or mpirun), expects exit 75 within 30 s with the
     # save of the agreed step, then reruns the same command: resumed from that step, exit 0, and
     # bitwise the weights of (a).
     interrupted() {
-      local name=$1 how=$2
-      echo "== ($name) $how"
-      setsid "${mpiexec[@]}" -np $np "$train_cnn" "${common[@]}" --data-delay-ms 40 \
+      local name=$1 how=$2 extra=("${@:3}")
+      echo "== ($name) $how ${extra[*]}"
+      setsid "${mpiexec[@]}" -np $np "$train_cnn" "${common[@]}" "${extra[@]}" --data-delay-ms 40 \
         --checkpoint-dir "ck_$name" --dump-weights "$name.bin" >"$name.1.log" 2>&1 &
       local job=$! deadline=$((SECONDS + 60))
       until [[ -e ck_$name/$(printf 'ckpt-%012d.safetensors' $every) ]]; do
@@ -216,7 +229,7 @@ case "$mode" in
         one-rank) grep -q "(epoch .*, SIGUSR1 on rank $((np / 2))): saved" <<<"$line" || fail "$name: the stop line does not name SIGUSR1 on rank $((np / 2))" ;;
         every-rank) grep -q "SIGTERM on rank" <<<"$line" || fail "$name: the stop line does not name SIGTERM" ;;
       esac
-      mpi $np "${common[@]}" --checkpoint-dir "ck_$name" --dump-weights "$name.bin" >"$name.2.log" 2>&1 ||
+      mpi $np "${common[@]}" "${extra[@]}" --checkpoint-dir "ck_$name" --dump-weights "$name.bin" >"$name.2.log" 2>&1 ||
         { cat "$name.2.log"; fail "$name: the resumed run failed"; }
       grep -q "resumed from .*$(printf 'ckpt-%012d' "$stop").safetensors (step $stop," "$name.2.log" ||
         { cat "$name.2.log"; fail "$name: the rerun did not resume from step $stop"; }
@@ -225,6 +238,7 @@ case "$mode" in
     interrupted b one-rank
     interrupted c every-rank
     interrupted d mpirun
+    interrupted f one-rank --checkpoint-async  # the stop waits for the write in the background
 
     echo "== (e) --no-resume starts from scratch beside existing checkpoints"
     mpi $np "${common[@]}" --checkpoint-dir ck_a --no-resume --max-steps 1 --dump-weights e.bin >e.log 2>&1 ||
