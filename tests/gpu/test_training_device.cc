@@ -1,14 +1,15 @@
 // The training layer on CUDA tensors (training/device.h), each against the same facility on CPU
 // tensors with the same values on the same rank: gradient accumulation and the 16-bit gradient
 // wire dtype (hvd::Strategy), unscaling with an agreed overflow (hvd::LossScaler), and checkpoints
-// of device tensors (hvd::Checkpointer). The values are small multiples of 1/8, so sums in any
-// order are exact and the device and CPU results must be bitwise equal. Every device call goes on
-// a stream of the test's own (not the default stream). ctest runs it with 1 rank (NCCL) and with 2
-// ranks sharing one GPU (HVD_GPU_OPERATIONS=MPI); skipped without a device.
+// of device tensors (hvd::Checkpointer, save and save_async). The values are small multiples of
+// 1/8, so sums in any order are exact and the device and CPU results must be bitwise equal. Every
+// device call goes on a stream of the test's own (not the default stream). ctest runs it with 1
+// rank (NCCL) and with 2 ranks sharing one GPU (HVD_GPU_OPERATIONS=MPI); skipped without a device.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -208,6 +209,17 @@ TEST_F(TrainingOnDevice, CheckpointerSavesAndRestoresDeviceTensors) {
   ASSERT_EQ(ckpt.restore_latest(host), std::optional<int64_t>(5));
   EXPECT_EQ(w_host, w);
   EXPECT_EQ(c_host, counts);
+  // save_async: the pinned copies are taken before the call returns, so the kernels queued on the
+  // stream right after it (the next step's) do not reach the file.
+  ckpt.save_async(6, tensors);
+  cudaMemsetAsync(dw.get(), 0, w.size() * 4, stream_);
+  cudaMemsetAsync(dc.get(), 0, counts.size() * 4, stream_);
+  ckpt.wait();
+  std::fill(w_host.begin(), w_host.end(), -1.f);
+  ASSERT_EQ(ckpt.restore_latest(host), std::optional<int64_t>(6));
+  EXPECT_EQ(w_host, w);
+  ASSERT_EQ(ckpt.restore_latest(tensors), std::optional<int64_t>(6));
+  EXPECT_EQ(dc.download<int32_t>(stream_), counts);
   hvd::barrier();
   if (rank_ == 0) std::filesystem::remove_all(dir);
 }
