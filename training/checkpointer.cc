@@ -299,7 +299,9 @@ Status finish_write(std::unique_ptr<W>& pending, const std::string& now) {
   if (!pending) return {};
   Status s = pending->finish();
   if (s.code != kOk && !now.empty())
-    s.payload += "; " + now + " did nothing (the checkpoints already in the directory are intact)";
+    s.payload += "; " + now +
+                 " did nothing (the checkpoints already in the directory are intact): fix the "
+                 "cause and call it again";
   return s;
 }
 
@@ -311,6 +313,17 @@ void finish_write_quietly(std::unique_ptr<W>& pending) {
     warn(s.payload +
          " (seen when the Checkpointer was destroyed or replaced; Checkpointer::wait() throws it "
          "on every rank)");
+}
+
+// save() and save_async() on every rank: rank 0 joins the pending write, then runs `body` (unless
+// that write failed); its status is broadcast and thrown on every rank.
+template <class W, class F>
+void save_collectively(std::unique_ptr<W>& pending, const std::string& what, F&& body) {
+  Status mine;
+  if (rank() == 0) mine = finish_write(pending, what);
+  if (rank() == 0 && mine.code == kOk) mine = run_on_root(what, body);
+  Status s = broadcast_status(mine, "save");
+  if (s.code != kOk) throw_status(s);
 }
 
 }  // namespace
@@ -347,44 +360,32 @@ void Checkpointer::save(int64_t step, const std::vector<NamedTensor>& tensors,
                         const std::map<std::string, std::string>& metadata) {
   const std::string what =
       "Checkpointer::save(step " + std::to_string(step) + ") to '" + dir_ + "'";
-  Status mine;
-  if (rank() == 0) mine = finish_write(pending_, what);
-  if (rank() == 0 && mine.code == kOk) {
-    mine = run_on_root(what, [&]() -> Status {
-      check_save_arguments(step, metadata);
-      Staging staging;
-      auto bytes = to_bytes(tensors, "save", &staging);
-      staging.download();  // CUDA tensors: copied now, so the write needs no device
-      write_and_prune(dir_, keep_last_, step, bytes, metadata, what);
-      return {};
-    });
-  }
-  Status s = broadcast_status(mine, "save");
-  if (s.code != kOk) throw_status(s);
+  save_collectively(pending_, what, [&]() -> Status {
+    check_save_arguments(step, metadata);
+    Staging staging;
+    auto bytes = to_bytes(tensors, "save", &staging);
+    staging.download();  // CUDA tensors: copied now, so the write needs no device
+    write_and_prune(dir_, keep_last_, step, bytes, metadata, what);
+    return {};
+  });
 }
 
 void Checkpointer::save_async(int64_t step, const std::vector<NamedTensor>& tensors,
                               const std::map<std::string, std::string>& metadata) {
   const std::string what =
       "Checkpointer::save_async(step " + std::to_string(step) + ") to '" + dir_ + "'";
-  Status mine;
-  if (rank() == 0) mine = finish_write(pending_, what);
-  if (rank() == 0 && mine.code == kOk) {
-    mine = run_on_root(what, [&]() -> Status {
-      check_save_arguments(step, metadata);
-      if (!pending_) pending_ = std::make_unique<Write>();
-      Write& w = *pending_;  // finished: its memory is reused
-      w.what = what;
-      w.staging.copy_cpu = true;
-      w.staging.reset();
-      w.bytes = to_bytes(tensors, "save_async", &w.staging);
-      w.staging.download();  // CUDA tensors: copied now; the writer needs no device
-      w.start(dir_, keep_last_, step, metadata);
-      return {};
-    });
-  }
-  Status s = broadcast_status(mine, "save");
-  if (s.code != kOk) throw_status(s);
+  save_collectively(pending_, what, [&]() -> Status {
+    check_save_arguments(step, metadata);
+    if (!pending_) pending_ = std::make_unique<Write>();
+    Write& w = *pending_;  // finished: its memory is reused
+    w.what = what;
+    w.staging.copy_cpu = true;
+    w.staging.reset();  // (a call whose arguments failed may have staged some)
+    w.bytes = to_bytes(tensors, "save_async", &w.staging);
+    w.staging.download();  // CUDA tensors: copied now; the writer needs no device
+    w.start(dir_, keep_last_, step, metadata);
+    return {};
+  });
 }
 
 void Checkpointer::wait() {
