@@ -69,7 +69,7 @@ struct Config {
   int64_t wait_poll_us = -1;       // -1: auto (runtime/runtime.cc: wait_poll_us)
   int64_t copy_threads = -1;       // -1: auto (ops/copy_workers.h: copy_helpers)
   int64_t cache_capacity = 1024;
-  bool cached_lanes = true;  // HVD_CACHED_LANES (runtime/tensor_queue.h, "Lanes")
+  bool cached_lanes = true;  // HVD_CACHED_LANES (runtime/lanes.h)
   bool hierarchical_allreduce = false;
   GpuOperations gpu_operations = GpuOperations::kNccl;
   Compression compression = Compression::kNone;  // ops/mpi/allreduce.cc

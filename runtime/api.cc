@@ -172,7 +172,7 @@ Handle allreduce_on(const Target& t, TensorRef in, TensorRef out, const std::str
   std::shared_ptr<detail::HandleState> state;
   if (t.global() && c.error.empty() && !name.starts_with(kReservedNamePrefix)) {
     // A tensor whose response is cached (every step's gradients from the second on) goes into
-    // its lane, with no request and no entry (runtime/tensor_queue.h, "Lanes").
+    // its lane, with no request and no entry (runtime/lanes.h).
     state = detail::make_handle_state(1);
     if (t.rt.enqueue_lane(name, in, out, op, prescale, postscale, state))
       return Handle(std::move(state));

@@ -87,7 +87,7 @@ struct ControllerOptions {
   // Called when a group unit goes the slow way as its members (runtime/group_unit.h): the
   // timeline's rows follow. Empty: nothing.
   std::function<void(const std::string& group, int32_t members)> on_unit_expanded;
-  // Open a lane in the queue for every cached single allreduce (runtime/tensor_queue.h, "Lanes";
+  // Open a lane in the queue for every cached single allreduce (runtime/lanes.h;
   // HVD_CACHED_LANES).
   bool lanes = true;
   // Where the measure of each release goes (runtime/straggler.h); null: none is measured (a job of
@@ -128,7 +128,7 @@ class Controller {
   }
 
   // After the responses of a cycle have run: the queue's lanes follow the entries that cycle put
-  // into the response cache (runtime/tensor_queue.h, "Lanes"), so that the next step's tensors find
+  // into the response cache (runtime/lanes.h), so that the next step's tensors find
   // their lanes. (Not before they have run: one of them may run from a lane whose position was just
   // given to another tensor.) The next cycle does it first if the caller did not.
   void sync_lanes();

@@ -29,18 +29,11 @@ ops::CollectiveType collective_of(const Response& r) {
                       std::to_string(static_cast<int>(r.type)) + "): please report this bug.");
 }
 
-// The name of member i: a member in a lane may have none of its own (Response::lanes).
-std::string name_of(const TensorQueue& queue, const Response& r, size_t i) {
-  if (r.names[i].empty() && i < r.lanes.size() && r.lanes[i] != kNoLane)
-    return queue.lane_name(r.lanes[i]);
-  return r.names[i];
-}
-
 // "'a', 'b', 'c', 'd' and 2 more"
 std::string names_of(const TensorQueue& queue, const Response& r) {
   std::string s;
   for (size_t i = 0; i < r.names.size() && i < 4; ++i)
-    s += (i ? "', '" : "") + name_of(queue, r, i);
+    s += (i ? "', '" : "") + queue.member_name(r, i);
   if (r.names.size() > 4)
     s += "' and " + std::to_string(r.names.size() - 4) + " more";
   else
@@ -286,13 +279,13 @@ void Executor::take_entries(const Response& r, Batch& b) {
   b.handles.reserve(r.names.size());
   b.op.entries.reserve(r.names.size());
   const bool makes_result = ops::makes_result(b.op.type);
-  queue_.take_all(r.names, r.lanes, [&](size_t i, TensorTableEntry* e) {
+  queue_.take_all(r, [&](size_t i, TensorTableEntry* e) {
     ops::OpEntry& oe = b.op.entries.emplace_back();
     if (e) {
       // The op takes the entry's name and tensors; the batch keeps its handle for completion. A
       // lane's entry has no name: an op names its entries only in error messages, the batch's
       // first (the no-backend message) and, for a device batch, every one (the wrong-device
-      // check). (Under the queue's lock: name_of() asks the queue, so the name comes after.)
+      // check). (Under the queue's lock: member_name() asks the queue, so the name comes after.)
       oe.name = std::move(e->name);
       oe.input = std::move(e->input);
       oe.output = std::move(e->output);
@@ -321,7 +314,7 @@ void Executor::take_entries(const Response& r, Batch& b) {
   // The names lanes left out that an op may need: the first entry's, every one of a device batch.
   const size_t named = b.op.device.kind == Device::kCPU ? 1 : b.op.entries.size();
   for (size_t i = 0; i < named && i < b.op.entries.size(); ++i)
-    if (b.op.entries[i].name.empty()) b.op.entries[i].name = name_of(queue_, r, i);
+    if (b.op.entries[i].name.empty()) b.op.entries[i].name = queue_.member_name(r, i);
 }
 
 // The timeline's op span (the op's name in capitals, MPI_ALLREDUCE) and the nested activities.

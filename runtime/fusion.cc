@@ -1,8 +1,6 @@
 #include "runtime/fusion.h"
 
 #include <limits>
-
-#include <iterator>
 #include <map>
 
 #include "hvd/error.h"
@@ -19,22 +17,6 @@ bool fusable(const Response& r) {
 
 bool compatible(const Response& a, const Response& b) {
   return same_parameters(fusion_traits(a), fusion_traits(b));
-}
-
-// Moves r's names and shapes (and lanes) to the end of into's (r is left without them).
-void append(Response& into, Response& r) {
-  into.lane_bytes += r.lane_bytes;
-  if (!into.lanes.empty() || !r.lanes.empty()) {
-    into.lanes.resize(into.names.size(), kNoLane);
-    if (r.lanes.empty())
-      into.lanes.insert(into.lanes.end(), r.names.size(), kNoLane);
-    else
-      into.lanes.insert(into.lanes.end(), r.lanes.begin(), r.lanes.end());
-  }
-  into.names.insert(into.names.end(), std::make_move_iterator(r.names.begin()),
-                    std::make_move_iterator(r.names.end()));
-  into.shapes.insert(into.shapes.end(), std::make_move_iterator(r.shapes.begin()),
-                     std::make_move_iterator(r.shapes.end()));
 }
 
 }  // namespace
@@ -62,7 +44,7 @@ int64_t response_bytes(const Response& r) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   int64_t total = r.lane_bytes;  // the members in lanes (their shapes may be empty)
   for (size_t i = 0; i < r.shapes.size(); ++i) {
-    if (i < r.lanes.size() && r.lanes[i] != kNoLane) continue;
+    if (r.in_lane(i)) continue;
     const auto& shape = r.shapes[i];
     int64_t n = static_cast<int64_t>(dtype_size(r.dtype));
     for (int64_t d : shape) {
@@ -88,7 +70,7 @@ std::vector<Response> plan_fusion(std::vector<Response> responses, const FusionO
     if (fusable(r) && !r.group.empty()) {
       auto it = group_unit.find(r.group);
       if (it != group_unit.end() && compatible(units[it->second], r)) {
-        append(units[it->second], r);
+        units[it->second].append_members(r);
         continue;
       }
       group_unit[r.group] = units.size();
@@ -110,7 +92,7 @@ std::vector<Response> plan_fusion(std::vector<Response> responses, const FusionO
       for (size_t j = i + 1; j < units.size() && total < options.threshold_bytes; ++j) {
         if (taken[j] || !fusable(units[j]) || !compatible(bucket, units[j])) continue;
         if (total + bytes[j] > options.threshold_bytes) continue;
-        append(bucket, units[j]);
+        bucket.append_members(units[j]);
         total += bytes[j];
         taken[j] = true;
       }

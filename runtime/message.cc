@@ -2,6 +2,7 @@
 
 #include <concepts>
 #include <cstring>
+#include <iterator>
 #include <type_traits>
 
 #include "hvd/error.h"
@@ -198,6 +199,21 @@ std::vector<Request> parse_requests(const char* data, size_t size) {
   std::vector<Request> out;
   rd.list(out, "request count", kMessage);
   return out;
+}
+
+void Response::append_members(Response& r) {
+  lane_bytes += r.lane_bytes;
+  if (!lanes.empty() || !r.lanes.empty()) {
+    lanes.resize(names.size(), kNoLane);
+    if (r.lanes.empty())
+      lanes.insert(lanes.end(), r.names.size(), kNoLane);
+    else
+      lanes.insert(lanes.end(), r.lanes.begin(), r.lanes.end());
+  }
+  names.insert(names.end(), std::make_move_iterator(r.names.begin()),
+               std::make_move_iterator(r.names.end()));
+  shapes.insert(shapes.end(), std::make_move_iterator(r.shapes.begin()),
+                std::make_move_iterator(r.shapes.end()));
 }
 
 void Response::reset() {

@@ -112,12 +112,16 @@ struct Response {
   std::string group;              // members of one group are fused together
   std::string error;              // kError: the message every rank throws
   // Local, never sent: empty, or per name the cache position of the lane that holds this rank's
-  // tensor (runtime/tensor_queue.h, "Lanes"), kNoLane for a tensor in the queue's table. Set by
-  // the controller's fast path, kept by plan_fusion. A member in a lane may have an empty name and
-  // shape (the lane has them: TensorQueue::lane_name); lane_bytes counts the bytes of all the
+  // tensor (runtime/lanes.h), kNoLane for a tensor in the queue's table. Set by the controller's
+  // fast path, kept by plan_fusion (append_members). A member in a lane may have an empty name and
+  // shape (the lane has them: TensorQueue::member_name); lane_bytes counts the bytes of all the
   // members in lanes (response_bytes()).
   std::vector<uint32_t> lanes;
   int64_t lane_bytes = 0;
+  bool in_lane(size_t i) const { return i < lanes.size() && lanes[i] != kNoLane; }
+  // Moves r's members (names, shapes, their lane positions and bytes) to the end of this
+  // response's; r is left without them.
+  void append_members(Response& r);
 
   // Every field back to a default Response's value, the containers' buffers kept (one response
   // reused for every tensor of a job of one rank: response_for(Request&&, n, Response*)). A field

@@ -79,7 +79,7 @@ class Runtime {
   Handle enqueue_one(ProcessSetState& set, TensorTableEntry&& entry, Request&& request,
                      std::shared_ptr<detail::HandleState> state);
   // allreduce_async of a global-set tensor whose response is cached: into its lane
-  // (runtime/tensor_queue.h, "Lanes"). Returns false, with nothing done, when it has none (then
+  // (runtime/lanes.h). Returns false, with nothing done, when it has none (then
   // enqueue_one()); moves the tensors only when it returns true. Throws as enqueue() does.
   bool enqueue_lane(const std::string& name, TensorRef& in, TensorRef& out, ReduceOp op,
                     double prescale, double postscale,

@@ -16,10 +16,7 @@ void TensorQueue::throw_in_flight(RequestType type, const std::string& name, int
 }
 
 bool TensorQueue::in_flight_locked(const std::string& name, uint64_t h) const {
-  if (find_locked(name, h) >= 0) return true;
-  if (lane_index_.size() == 0) return false;
-  const int64_t l = find_lane_locked(name, h);
-  return l >= 0 && lanes_[l].busy();
+  return find_locked(name, h) >= 0 || lanes_.in_flight(name, h);
 }
 
 void TensorQueue::stamp_handle(detail::HandleState& handle) const {
@@ -28,7 +25,7 @@ void TensorQueue::stamp_handle(detail::HandleState& handle) const {
 }
 
 bool TensorQueue::stamp_locked(std::chrono::steady_clock::time_point now) {
-  const bool first = requests_.empty() && ready_.empty();
+  const bool first = requests_.empty() && !lanes_.any_submitted();
   if (first) first_request_ = now;
   last_request_ = now;
   stamped_at_ = ++submissions_;
@@ -111,70 +108,36 @@ bool TensorQueue::add_one(TensorTableEntry&& entry, Request&& request) {
   return push_request_locked(std::move(request), std::chrono::steady_clock::now());
 }
 
-void TensorQueue::prefetch_next_locked(const Lane& l) const {
-  if (l.next >= lanes_.size()) return;
-  const Lane& n = lanes_[l.next];  // (its lines came in at the submission before this one)
-  __builtin_prefetch(n.name.data());
-  __builtin_prefetch(n.caller_name);  // (a prefetch never faults)
-  // The state with the shared_ptr's control block: one line (make_handle_state's block).
-  if (n.last_handle) __builtin_prefetch(n.last_handle, 1);
-  if (n.next >= lanes_.size()) return;
-  const char* after = reinterpret_cast<const char*>(&lanes_[n.next]);
-  for (size_t off = 0; off < sizeof(Lane); off += 64) __builtin_prefetch(after + off, 1);
-}
-
 TensorQueue::LaneResult TensorQueue::try_lane(const std::string& name, TensorRef& in,
                                               TensorRef& out, ReduceOp op, double prescale,
                                               double postscale, bool deterministic,
                                               const std::shared_ptr<detail::HandleState>& handle,
                                               int rank) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (lane_index_.size() == 0) return LaneResult::kNoLane;
-  int64_t at = -1;
+  if (lanes_.none_open()) return LaneResult::kNoLane;
   uint64_t h = 0;
-  const uint32_t guess = last_lane_ < lanes_.size() ? lanes_[last_lane_].next : kNoLane;
-  if (guess < lanes_.size() && lanes_[guess].state != Lane::State::kClosed &&
-      lanes_[guess].name == name) {
-    at = guess;
-    h = lanes_[guess].hash;
-  } else {
-    h = NameIndex::hash(name);
-    at = find_lane_locked(name, h);
-    if (at < 0) return LaneResult::kNoLane;  // (an invalid name among them: the caller checks it)
-  }
+  const int64_t at = lanes_.find(name, &h);
+  if (at < 0) return LaneResult::kNoLane;  // (an invalid name among them: the caller checks it)
   if (closed_) detail::throw_error(close_kind_, close_message_);
-  Lane& l = lanes_[at];
-  if (l.busy() || (index_.size() != 0 && find_locked(name, h) >= 0))
+  const auto pos = static_cast<uint32_t>(at);
+  if (lanes_.busy(pos) || (index_.size() != 0 && find_locked(name, h) >= 0))
     throw_in_flight(RequestType::kAllreduce, name, rank);
-  if (!l.takes(in.dtype(), in.device().kind, op, prescale, postscale, deterministic, in.shape()))
-    return LaneResult::kNoLane;
-  if (last_lane_ < lanes_.size() && lanes_[last_lane_].next != static_cast<uint32_t>(at))
-    lanes_[last_lane_].next = static_cast<uint32_t>(at);
-  last_lane_ = static_cast<uint32_t>(at);
-  l.caller_name = name.data();
-  l.last_handle = handle.get();
-  prefetch_next_locked(l);
+  if (!lanes_.takes(pos, in, op, prescale, postscale, deterministic)) return LaneResult::kNoLane;
   stamp_handle(*handle);
-  l.entry.input = std::move(in);
-  l.entry.output = std::move(out);
-  l.entry.handle = handle;
-  l.state = Lane::State::kSubmitted;
-  ++busy_lanes_;
   // No clock per submission (Waiting): the first since the last pop stamps the burst, and the
   // lane's submission counts from then (it only shows if the submission goes the slow way).
-  const bool first = requests_.empty() && ready_.empty();
+  const bool first = requests_.empty() && !lanes_.any_submitted();
   if (first)
     stamp_locked(std::chrono::steady_clock::now());
   else
     ++submissions_;
-  l.submitted = first_request_;
-  ready_.push_back(static_cast<uint32_t>(at));
+  lanes_.submit(pos, name, in, out, handle, first_request_);
   return first ? LaneResult::kQueuedFirst : LaneResult::kQueued;
 }
 
 void TensorQueue::pop_requests(std::vector<Request>* out, std::vector<uint32_t>* lanes) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (requests_.empty() && ready_.empty()) return;
+  if (requests_.empty() && !lanes_.any_submitted()) return;
   wake_->pops.fetch_add(1, std::memory_order_release);
   if (out->empty()) {
     out->swap(requests_);  // requests_ gets the caller's (cleared) buffer back: no copies
@@ -182,75 +145,31 @@ void TensorQueue::pop_requests(std::vector<Request>* out, std::vector<uint32_t>*
     for (auto& r : requests_) out->push_back(std::move(r));
   }
   requests_.clear();
-  for (uint32_t pos : ready_) lanes_[pos].state = Lane::State::kPopped;
-  if (lanes->empty()) {
-    lanes->swap(ready_);
-  } else {
-    lanes->insert(lanes->end(), ready_.begin(), ready_.end());
-  }
-  ready_.clear();
+  lanes_.pop(lanes);
 }
 
-Request TensorQueue::lane_entry_locked(Lane& l, int rank) {
-  Request r;
-  r.rank = rank;
-  r.type = RequestType::kAllreduce;
-  r.dtype = l.dtype;
-  r.reduce_op = l.reduce_op;
-  r.device = l.entry.input.device();
-  r.prescale = l.prescale;
-  r.postscale = l.postscale;
-  r.deterministic = l.deterministic;
-  r.name = l.name;
-  r.shape = l.shape.vec();
-  r.submitted = l.submitted;
-  r.name_hash = l.hash;
-  TensorTableEntry e = std::move(l.entry);  // (left empty: try_lane sets every field it reads)
-  e.name = l.name;
-  e.type = RequestType::kAllreduce;
-  place_locked(std::move(e), l.hash);
-  l.state = Lane::State::kIdle;
-  --busy_lanes_;
-  return r;
+std::optional<Request> TensorQueue::hand_back_locked(std::optional<Lanes::Submission> s) {
+  if (!s) return std::nullopt;
+  place_locked(std::move(s->entry), s->request.name_hash);
+  if (s->popped) return std::move(s->request);
+  // Not popped yet: its request waits with the others, as if it had been submitted that way.
+  requests_.push_back(std::move(s->request));
+  return std::nullopt;
 }
 
 Request TensorQueue::lane_to_request(uint32_t pos, int rank) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (pos >= lanes_.size() || lanes_[pos].state != Lane::State::kPopped)
+  std::optional<Request> r = hand_back_locked(lanes_.hand_back(pos, rank));
+  if (!r)
     throw InternalError("tensor queue of rank " + std::to_string(rank) +
                         ": no popped submission in lane " + std::to_string(pos) +
                         ": please report this bug.");
-  return lane_entry_locked(lanes_[pos], rank);
-}
-
-std::optional<Request> TensorQueue::close_lane_locked(uint32_t pos, int rank) {
-  if (pos >= lanes_.size() || lanes_[pos].state == Lane::State::kClosed) return std::nullopt;
-  Lane& l = lanes_[pos];
-  std::optional<Request> popped;
-  if (l.state == Lane::State::kSubmitted) {
-    // Not popped yet: its request waits with the others, as if it had been submitted that way.
-    ready_.erase(std::find(ready_.begin(), ready_.end(), pos));
-    requests_.push_back(lane_entry_locked(l, rank));
-  } else if (l.state == Lane::State::kPopped) {
-    popped = lane_entry_locked(l, rank);
-  }
-  lane_index_.erase(l.hash, pos);
-  l.state = Lane::State::kClosed;
-  l.name.clear();
-  return popped;
+  return std::move(*r);
 }
 
 std::optional<Request> TensorQueue::close_lane(uint32_t pos, int rank) {
   std::lock_guard<std::mutex> lock(mu_);
-  return close_lane_locked(pos, rank);
-}
-
-bool TensorQueue::lane_serves_locked(uint32_t pos, const Response& cached) const {
-  if (pos >= lanes_.size()) return false;
-  const Lane& l = lanes_[pos];
-  return l.state != Lane::State::kClosed && l.name == cached.names.at(0) &&
-         l.takes(cached.dtype, cached.device_kind, cached.reduce_op, cached.prescale,
-                 cached.postscale, cached.deterministic, cached.shapes.at(0));
+  return hand_back_locked(lanes_.close(pos, rank));
 }
 
 void TensorQueue::sync_lanes(const std::vector<std::pair<uint32_t, const Response*>>& wanted,
@@ -260,52 +179,38 @@ void TensorQueue::sync_lanes(const std::vector<std::pair<uint32_t, const Respons
   // First every lane that changes closes, then the new ones open: a name that moves from one
   // position to another is never open twice.
   for (const auto& [pos, cached] : wanted) {
-    if (cached && lane_serves_locked(pos, *cached)) continue;
-    if (std::optional<Request> r = close_lane_locked(pos, rank))
+    if (cached && lanes_.serves(pos, *cached)) continue;
+    if (std::optional<Request> r = hand_back_locked(lanes_.close(pos, rank)))
       popped->emplace_back(pos, std::move(*r));
   }
-  for (const auto& [pos, cached] : wanted) {
-    if (!cached || lane_serves_locked(pos, *cached)) continue;
-    const std::string& name = cached->names.at(0);
-    const uint64_t h = NameIndex::hash(name);
-    if (find_lane_locked(name, h) >= 0)
-      throw InternalError("tensor queue of rank " + std::to_string(rank) + ": a lane for '" + name +
-                          "' is open at another position: please report this bug.");
-    if (pos >= lanes_.size()) lanes_.resize(pos + 1);
-    Lane& l = lanes_[pos];
-    l.name = name;
-    l.hash = h;
-    l.dtype = cached->dtype;
-    l.device_kind = cached->device_kind;
-    l.reduce_op = cached->reduce_op;
-    l.prescale = cached->prescale;
-    l.postscale = cached->postscale;
-    l.deterministic = cached->deterministic;
-    l.shape = cached->shapes.at(0);
-    l.state = Lane::State::kIdle;
-    lane_index_.insert(h, pos);
-  }
+  for (const auto& [pos, cached] : wanted)
+    if (cached && !lanes_.serves(pos, *cached)) lanes_.open(pos, *cached, rank);
 }
 
 std::string TensorQueue::lane_name(uint32_t pos) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return pos < lanes_.size() ? lanes_[pos].name : std::string();
+  return lanes_.name(pos);
+}
+
+std::string TensorQueue::member_name(const Response& r, size_t i) const {
+  if (r.names[i].empty() && r.in_lane(i)) return lane_name(r.lanes[i]);
+  return r.names[i];
 }
 
 size_t TensorQueue::open_lanes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return lane_index_.size();
+  return lanes_.open_count();
 }
 
 TensorQueue::Waiting TensorQueue::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (requests_.empty() && ready_.empty()) return {};
+  if (requests_.empty() && !lanes_.any_submitted()) return {};
   return {true, first_request_, last_request_, submissions_, stamped_at_ == submissions_};
 }
 
 bool TensorQueue::holds_only_popped() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return requests_.empty() && ready_.empty() && index_.size() + busy_lanes_ > 0;
+  return requests_.empty() && !lanes_.any_submitted() && index_.size() + lanes_.busy_count() > 0;
 }
 
 std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {
@@ -316,25 +221,15 @@ std::optional<TensorTableEntry> TensorQueue::take(const std::string& name) {
   return remove_locked(static_cast<uint32_t>(i), h);
 }
 
-void TensorQueue::take_all(const std::vector<std::string>& names,
-                           const std::vector<uint32_t>& lanes,
-                           FunctionRef<void(size_t, TensorTableEntry*)> take) {
+void TensorQueue::take_all(const Response& r, FunctionRef<void(size_t, TensorTableEntry*)> take) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (size_t i = 0; i < names.size(); ++i) {
-    if (i < lanes.size() && lanes[i] != kNoLane) {
-      const uint32_t pos = lanes[i];
-      if (pos < lanes_.size() && lanes_[pos].state == Lane::State::kPopped) {
-        Lane& l = lanes_[pos];
-        take(i, &l.entry);  // (left as take() leaves it: try_lane sets every field it reads)
-        l.state = Lane::State::kIdle;
-        --busy_lanes_;
-      } else {
-        take(i, nullptr);  // closed (shutdown), which failed the handle
-      }
+  for (size_t i = 0; i < r.names.size(); ++i) {
+    if (r.in_lane(i)) {
+      take(i, lanes_.take(r.lanes[i]));  // null: closed (shutdown), which failed the handle
       continue;
     }
-    const uint64_t h = NameIndex::hash(names[i]);
-    const int64_t at = find_locked(names[i], h);
+    const uint64_t h = NameIndex::hash(r.names[i]);
+    const int64_t at = find_locked(r.names[i], h);
     if (at >= 0) {
       TensorTableEntry e = remove_locked(static_cast<uint32_t>(at), h);
       take(i, &e);
@@ -386,24 +281,15 @@ void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {
     }
     for (Slot& s : slots_)
       if (s.used) left.push_back(std::move(s.entry));
-    for (Lane& l : lanes_) {
-      if (l.busy()) {
-        left.push_back(std::move(l.entry));
-        left.back().name = l.name;
-        left.back().type = RequestType::kAllreduce;
-      }
-    }
-    lanes_.clear();
-    lane_index_.clear();
-    busy_lanes_ = 0;
+    const bool lanes_submitted = lanes_.any_submitted();
+    lanes_.close_all(&left);
     slots_.clear();
     free_.clear();
     index_.clear();
     // The requests are dropped, as good as taken: a thread still blocked on one must not close the
     // fusion windows of the runtime's other sets, which share the signal (runtime/handle.h).
-    if (!requests_.empty() || !ready_.empty()) wake_->pops.fetch_add(1, std::memory_order_release);
+    if (!requests_.empty() || lanes_submitted) wake_->pops.fetch_add(1, std::memory_order_release);
     requests_.clear();
-    ready_.clear();
   }
   for (auto& e : left)
     e.handle->fail(kind, std::string(request_type_name(e.type)) + " of '" + e.name +
@@ -412,7 +298,7 @@ void TensorQueue::close(detail::ErrorKind kind, const std::string& message) {
 
 size_t TensorQueue::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return index_.size() + busy_lanes_;
+  return index_.size() + lanes_.busy_count();
 }
 
 }  // namespace hvd

@@ -4,21 +4,10 @@
 // tensors (one, or a whole group) with their requests atomically; the background thread pops the
 // requests once per cycle and later take()s each entry by name when its response executes.
 //
-// Lanes: the steady state of one allreduce_async per tensor. Every tensor of a training step is
-// submitted again at the next step with the same name and parameters, and its response is then in
-// the response cache (runtime/response_cache.h): a request and an entry found by name would only
-// be built to be matched against that response once more. So the controller opens a *lane* for
-// each cached single allreduce, at the cache position of its response (sync_lanes). A submission
-// whose name and parameters match an open lane (try_lane) writes its tensors and handle into the
-// lane and lists the position: no request, no name copy, no entry in the table. The controller
-// pops the positions with the requests and sets their hit bits; the executor takes the lanes'
-// tensors by position (take_all). Wherever a cached request would go the slow way (patience, a
-// joined rank, its cache entry erased or replaced), the lane's submission becomes an entry and a
-// request like any other (lane_to_request, close_lane), so everything after the hand-off is the
-// path every tensor takes. Lanes exist only for what the cache holds (the controller closes a
-// position's lane when the cache drops it, and syncs the lanes of the positions it put, one cycle
-// later: a fused response of this cycle may still run from a lane whose position the cycle's slow
-// path gave to another tensor). The queue knows nothing of the cache.
+// Lanes (runtime/lanes.h): a cached single allreduce, submitted again with its name and
+// parameters, goes into the lane the controller opened for it, with no request and no entry in the
+// table (try_lane); the queue owns the lanes and guards them with its mutex, so that a name is in
+// flight once, in the table or in a lane.
 //
 // Thread safety: every method takes the queue's mutex. A name may be in the queue once per rank
 // (in the table or in a lane); adding it again before its entry is taken is an error. After
@@ -36,25 +25,12 @@
 #include "common/function_ref.h"
 #include "hvd/tensor.h"
 #include "runtime/handle.h"
+#include "runtime/lanes.h"
 #include "runtime/message.h"
 #include "runtime/name_index.h"
+#include "runtime/table_entry.h"
 
 namespace hvd {
-
-struct TensorTableEntry {
-  std::string name;
-  RequestType type = RequestType::kAllreduce;
-  TensorRef input;
-  TensorRef output;
-  std::vector<int64_t> splits;
-  std::shared_ptr<detail::HandleState> handle;
-  // A grouped allreduce queued as one unit (runtime/group_unit.h): the members' tensors. Behind a
-  // pointer: every other entry pays one pointer for it, not two vectors, in each of its moves.
-  struct Members {
-    std::vector<TensorRef> in, out;
-  };
-  std::unique_ptr<Members> members;
-};
 
 class TensorQueue {
  public:
@@ -104,14 +80,16 @@ class TensorQueue {
   // requests, waiting for the other ranks): nothing submitted since the last pop waits.
   bool holds_only_popped() const;
   std::optional<TensorTableEntry> take(const std::string& name);
-  // take() of every name, under one lock (a fused response's tensors): calls take(i, entry) for
-  // each names[i] in order, with its entry, or nullptr when there is none (the queue was closed).
-  // `take` moves out what it keeps; the entry is dropped after the call (a lane's stays in the
-  // lane, emptied: no entry is moved or destroyed per tensor on the way). It runs under the
-  // queue's lock: it must not call the queue. `lanes`: empty, or per name the position of the
-  // lane that holds it (popped) or kNoLane.
-  void take_all(const std::vector<std::string>& names, const std::vector<uint32_t>& lanes,
-                FunctionRef<void(size_t, TensorTableEntry*)> take);
+  // take() of every member of a response, under one lock (a fused response's tensors): calls
+  // take(i, entry) for each member i in order, with its entry (from the lane that holds it when
+  // r.lanes says so, else from the table by name), or nullptr when there is none (the queue was
+  // closed). `take` moves out what it keeps; the entry is dropped after the call (a lane's stays
+  // in the lane, emptied: no entry is moved or destroyed per tensor on the way). It runs under the
+  // queue's lock: it must not call the queue.
+  void take_all(const Response& r, FunctionRef<void(size_t, TensorTableEntry*)> take);
+  // The name of a response's member i: a member in a lane may have none of its own in the
+  // response (Response::lanes), and is named by the lane. Any thread.
+  std::string member_name(const Response& r, size_t i) const;
 
   // Lanes, for the controller (background thread). close_lane: the position's lane is closed; a
   // submission in it becomes an entry with a request, which joins the queue's requests when it
@@ -125,10 +103,8 @@ class TensorQueue {
   void sync_lanes(const std::vector<std::pair<uint32_t, const Response*>>& wanted, int rank,
                   std::vector<std::pair<uint32_t, Request>>* popped);
   Request lane_to_request(uint32_t pos, int rank);
-  size_t open_lanes() const;  // tests
-  // The name of the lane at `pos` ("" when none is open there): a fused response's member in a
-  // lane has no name of its own (Response::lanes). Any thread.
-  std::string lane_name(uint32_t pos) const;
+  size_t open_lanes() const;                  // tests
+  std::string lane_name(uint32_t pos) const;  // "" when none is open there (tests)
   // The background thread, for a group unit that goes the slow way (runtime/group_unit.h): replaces
   // the unit's entry `group` by one entry per member ("<group>.<i>", sharing the unit's handle,
   // which then expects one completion per member). Returns "" when done or when the entry is
@@ -163,7 +139,7 @@ class TensorQueue {
   std::vector<std::pair<uint32_t, uint64_t>> placed_;      // add()'s (slot, hash) pairs, reused
   TensorTableEntry remove_locked(uint32_t i, uint64_t h);  // h: the name's hash
   std::vector<Request> requests_;
-  // Of requests_ and ready_ together (waiting()).
+  // Of requests_ and the lanes' submissions together (waiting()).
   std::chrono::steady_clock::time_point first_request_, last_request_;
   uint64_t submissions_ = 0;  // Waiting::submissions
   uint64_t stamped_at_ = 0;   // submissions_ when last_request_ was last set
@@ -176,58 +152,10 @@ class TensorQueue {
   // Under mu_: is the name in flight, in the table or in a lane?
   bool in_flight_locked(const std::string& name, uint64_t h) const;
 
-  struct Lane {
-    enum class State : uint8_t { kClosed, kIdle, kSubmitted, kPopped };
-    State state = State::kClosed;
-    // The position submitted after this one the last time (kNoLane: none yet).
-    uint32_t next = kNoLane;
-    // The characters of the name as the caller passed it last time (its std::string's data()): a
-    // caller that keeps its names passes the same string every step, and prefetch_next_locked()
-    // asks for them. Only ever prefetched, never read: it may point to freed memory.
-    const char* caller_name = nullptr;
-    // The handle state of the last submission, likewise only prefetched: a caller that keeps one
-    // handle per tensor drops it when it assigns the next step's handle there, right after the
-    // next submission to this lane returns.
-    const detail::HandleState* last_handle = nullptr;
-    std::string name;
-    uint64_t hash = 0;
-    // The cached response's parameters, which a submission must match.
-    DataType dtype = DataType::kFloat32;
-    Device::Kind device_kind = Device::kCPU;
-    ReduceOp reduce_op = ReduceOp::kSum;
-    double prescale = 1.0, postscale = 1.0;
-    bool deterministic = false;
-    Shape shape;
-    TensorTableEntry entry;  // kSubmitted, kPopped: the tensors and handle (no name)
-    std::chrono::steady_clock::time_point submitted;
-    bool busy() const { return state == State::kSubmitted || state == State::kPopped; }
-    // A submission (or a cached response) with these parameters is this lane's.
-    bool takes(DataType t, Device::Kind k, ReduceOp op, double pre, double post, bool det,
-               const Shape& s) const {
-      return t == dtype && k == device_kind && op == reduce_op && pre == prescale &&
-             post == postscale && det == deterministic && s == shape;
-    }
-  };
-  std::vector<Lane> lanes_;      // by cache position
-  NameIndex lane_index_;         // the open lanes' names -> position
-  std::vector<uint32_t> ready_;  // lanes submitted since the last pop, in order
-  // The submissions of a step come in the order of the step before (a trainer's gradients), and
-  // at 1000 tensors a step the lanes' lines are out of the cache by the time their tensors come
-  // again (the data of a step passes through it in between). So each lane remembers the position
-  // submitted after it (Lane::next): try_lane checks that lane first, with no hash of the name and
-  // no probe of the index, and prefetches what the next two submissions will likely read (the
-  // lanes, their names, the caller's names, the handle the caller drops: prefetch_next_locked). A
-  // guess is only a guess: it must be open and have the same name.
-  uint32_t last_lane_ = kNoLane;  // the position of the last submission to a lane
-  void prefetch_next_locked(const Lane& l) const;
-  size_t busy_lanes_ = 0;
-  int64_t find_lane_locked(const std::string& name, uint64_t h) const {
-    return lane_index_.find(h, [&](uint32_t i) { return lanes_[i].name == name; });
-  }
-  // Under mu_: the busy lane's submission as an entry in the table and a request (returned).
-  Request lane_entry_locked(Lane& lane, int rank);
-  std::optional<Request> close_lane_locked(uint32_t pos, int rank);
-  bool lane_serves_locked(uint32_t pos, const Response& cached) const;  // open, for `cached`
+  Lanes lanes_;  // under mu_
+  // Under mu_: a lane's submission handed back becomes an entry in the table; its request is
+  // returned when it had been popped, else it joins requests_.
+  std::optional<Request> hand_back_locked(std::optional<Lanes::Submission> s);
   // Under mu_: checks, then inserts; returns the name's hash.
   uint64_t insert_locked(TensorTableEntry&& entry, int rank);
 

@@ -110,7 +110,7 @@ class Rank {
     queue_.add_one(std::move(e), std::move(q));
   }
 
-  // allreduce_async's lane path (runtime/tensor_queue.h, "Lanes"): a float32 sum of this shape,
+  // allreduce_async's lane path (runtime/lanes.h): a float32 sum of this shape,
   // with a handle the test may keep (*handle). Returns what the queue said.
   TensorQueue::LaneResult submit_lane(const std::string& name, std::vector<int64_t> shape = {4},
                                       std::shared_ptr<detail::HandleState>* handle = nullptr) {
@@ -143,7 +143,7 @@ class Rank {
       if (!fused.lanes.empty()) {
         // Members in lanes have neither name nor shape: the lane and its tensors have them.
         std::vector<std::optional<TensorTableEntry>> taken(fused.names.size());
-        queue_.take_all(fused.names, fused.lanes, [&](size_t i, TensorTableEntry* e) {
+        queue_.take_all(fused, [&](size_t i, TensorTableEntry* e) {
           if (e) taken[i] = std::move(*e);
         });
         for (size_t i = 0; i < fused.names.size(); ++i) {
@@ -153,7 +153,7 @@ class Rank {
                                      std::to_string(fused.lanes[i]) + " held no tensor");
           lane_members_ += lane ? 1 : 0;
           out.push_back({fused.type,
-                         lane ? queue_.lane_name(fused.lanes[i]) : fused.names[i],
+                         queue_.member_name(fused, i),
                          lane ? taken[i]->input.shape().vec() : fused.shapes[i],
                          fused.contributors,
                          fused.error,

@@ -1,4 +1,4 @@
-// The fusion window with lanes (runtime/tensor_queue.h, "Lanes"): a lane's submission reads no
+// The fusion window with lanes (runtime/lanes.h): a lane's submission reads no
 // clock, so the background thread tells a burst still coming by the count of submissions moving
 // (TensorQueue::Waiting, Runtime::wait_for_work). A burst of cached tensors whose gaps are each
 // shorter than the window, but which lasts several windows in all, must still run as one fused

@@ -1,4 +1,4 @@
-// Lanes (runtime/tensor_queue.h, "Lanes"): a cached allreduce submitted into its lane, on 1-4
+// Lanes (runtime/lanes.h): a cached allreduce submitted into its lane, on 1-4
 // in-process ranks (tests/runtime/controller_harness.h), and the tensor queue's lanes on their own.
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hvd/error.h"
+#include "runtime/lanes.h"
 #include "tests/runtime/controller_harness.h"
 
 namespace hvd {
@@ -20,7 +21,7 @@ class LaneTest : public ::testing::TestWithParam<int> {};
 INSTANTIATE_TEST_SUITE_P(Ranks, LaneTest, ::testing::Values(1, 2, 3, 4),
                          ::testing::PrintToStringParamName());
 
-// Lanes (runtime/tensor_queue.h): from the second step on, a cached tensor submitted through its
+// Lanes (runtime/lanes.h): from the second step on, a cached tensor submitted through its
 // lane gives the same responses as through the queue's table, with no slow path, on every rank;
 // a rank that submits some steps the ordinary way (a rank with a timeline) still fuses the same
 // tensors into the same responses as the ranks using lanes.
@@ -308,9 +309,14 @@ TEST(TensorQueueLanes, SubmissionsInAnyOrderFindTheirOwnLanes) {
     queue.pop_requests(&requests, &lanes);
     EXPECT_TRUE(requests.empty());
     ASSERT_EQ(lanes.size(), order.size());
-    std::vector<std::string> none(order.size());
-    for (size_t k = 0; k < order.size(); ++k) EXPECT_EQ(lanes[k], positions[order[k]]);
-    queue.take_all(none, lanes, [&](size_t k, TensorTableEntry* e) {
+    Response fused;  // the fast path's: no names of its own, one lane position per member
+    fused.names.resize(order.size());
+    fused.lanes = lanes;
+    for (size_t k = 0; k < order.size(); ++k) {
+      EXPECT_EQ(lanes[k], positions[order[k]]);
+      EXPECT_EQ(queue.member_name(fused, k), names[order[k]]);
+    }
+    queue.take_all(fused, [&](size_t k, TensorTableEntry* e) {
       ASSERT_NE(e, nullptr);
       EXPECT_EQ(e->input.data(), &data[order[k]]) << names[order[k]];
     });
@@ -348,6 +354,92 @@ TEST(TensorQueueLanes, SubmissionsInAnyOrderFindTheirOwnLanes) {
   std::vector<uint32_t> lanes;
   queue.pop_requests(&requests, &lanes);
   EXPECT_EQ(lanes, (std::vector<uint32_t>{7, 2, 9}));
+}
+
+// The Lanes type on its own (runtime/lanes.h): a lane's states, open -> submitted -> popped ->
+// taken, and a submission handed back as an entry and a request wherever it leaves the lane
+// another way (at each state its own answer), with the busy count following.
+TEST(Lanes, ALaneGoesThroughItsStatesAndHandsItsSubmissionBack) {
+  Lanes lanes;
+  EXPECT_TRUE(lanes.none_open());
+  Response cached;
+  cached.names = {"g"};
+  cached.shapes = {{4}};
+  cached.prescale = 0.5;
+  lanes.open(7, cached, 2);
+  EXPECT_EQ(lanes.open_count(), 1u);
+  EXPECT_EQ(lanes.name(7), "g");
+  EXPECT_TRUE(lanes.serves(7, cached));
+  EXPECT_THROW(lanes.open(3, cached, 2), InternalError);  // a name is open once
+  uint64_t h = 0;
+  EXPECT_EQ(lanes.find("g", &h), 7);
+  EXPECT_EQ(h, NameIndex::hash("g"));
+  EXPECT_EQ(lanes.find("h", &h), -1);
+  float data[4] = {};
+  TensorRef in(data, DataType::kFloat32, {4}), out = in;
+  EXPECT_FALSE(lanes.takes(7, in, ReduceOp::kSum, 1.0, 1.0, false));  // another prescale
+  EXPECT_FALSE(lanes.takes(7, TensorRef(data, DataType::kFloat32, {2}), ReduceOp::kSum, 0.5, 1.0,
+                           false));  // another shape
+  ASSERT_TRUE(lanes.takes(7, in, ReduceOp::kSum, 0.5, 1.0, false));
+
+  // submitted -> popped -> taken
+  const auto since = std::chrono::steady_clock::now();
+  auto handle = detail::make_handle_state(1);
+  lanes.submit(7, "g", in, out, handle, since);
+  EXPECT_TRUE(lanes.busy(7));
+  EXPECT_TRUE(lanes.in_flight("g", NameIndex::hash("g")));
+  EXPECT_TRUE(lanes.any_submitted());
+  EXPECT_EQ(lanes.take(7), nullptr) << "taken before it was popped";
+  std::vector<uint32_t> popped;
+  lanes.pop(&popped);
+  EXPECT_EQ(popped, std::vector<uint32_t>{7});
+  EXPECT_FALSE(lanes.any_submitted());
+  TensorTableEntry* e = lanes.take(7);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->input.data(), data);
+  EXPECT_EQ(e->handle, handle);
+  EXPECT_FALSE(lanes.busy(7));
+  EXPECT_EQ(lanes.busy_count(), 0u);
+
+  // popped -> handed back (the lane stays open), with the lane's name, parameters and burst time
+  TensorRef in2(data, DataType::kFloat32, {4}), out2 = in2;
+  lanes.submit(7, "g", in2, out2, handle, since);
+  EXPECT_FALSE(lanes.hand_back(7, 2)) << "handed back before it was popped";
+  lanes.pop(&popped);
+  std::optional<Lanes::Submission> s = lanes.hand_back(7, 2);
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->popped);
+  EXPECT_EQ(s->entry.name, "g");
+  EXPECT_EQ(s->request.name, "g");
+  EXPECT_EQ(s->request.rank, 2);
+  EXPECT_EQ(s->request.prescale, 0.5);
+  EXPECT_EQ(s->request.shape, (std::vector<int64_t>{4}));
+  EXPECT_EQ(s->request.submitted, since);
+  EXPECT_EQ(s->request.name_hash, NameIndex::hash("g"));
+  EXPECT_EQ(lanes.open_count(), 1u);
+  EXPECT_EQ(lanes.busy_count(), 0u);
+
+  // submitted (not popped) -> closed: handed back as not popped, and no longer listed for the pop
+  TensorRef in3(data, DataType::kFloat32, {4}), out3 = in3;
+  lanes.submit(7, "g", in3, out3, handle, since);
+  s = lanes.close(7, 2);
+  ASSERT_TRUE(s);
+  EXPECT_FALSE(s->popped);
+  EXPECT_FALSE(lanes.any_submitted());
+  EXPECT_TRUE(lanes.none_open());
+  EXPECT_EQ(lanes.name(7), "");
+  EXPECT_FALSE(lanes.close(7, 2)) << "closed twice";
+
+  // close_all names what was busy
+  lanes.open(1, cached, 2);
+  TensorRef in4(data, DataType::kFloat32, {4}), out4 = in4;
+  lanes.submit(1, "g", in4, out4, handle, since);
+  std::vector<TensorTableEntry> left;
+  lanes.close_all(&left);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].name, "g");
+  EXPECT_TRUE(lanes.none_open());
+  EXPECT_EQ(lanes.busy_count(), 0u);
 }
 
 }  // namespace
