@@ -16,14 +16,6 @@ void Lanes::pop(std::vector<uint32_t>* out) {
   submitted_.clear();
 }
 
-TensorTableEntry* Lanes::take(uint32_t pos) {
-  if (pos >= lanes_.size() || lanes_[pos].state != State::kPopped) return nullptr;
-  Lane& l = lanes_[pos];
-  l.state = State::kIdle;
-  --busy_;
-  return &l.entry;  // (left as the caller leaves it: submit() sets every field that is read)
-}
-
 Lanes::Submission Lanes::to_submission(Lane& l, int rank) {
   Submission s;
   s.popped = l.state == State::kPopped;

@@ -85,7 +85,13 @@ class Lanes {
   void pop(std::vector<uint32_t>* out);
   // The popped lane at `pos`: its entry (no name), for the caller to move from under the owner's
   // lock; the lane is idle again. Null when no popped submission is there (closed at shutdown).
-  TensorTableEntry* take(uint32_t pos);
+  TensorTableEntry* take(uint32_t pos) {
+    if (pos >= lanes_.size() || lanes_[pos].state != State::kPopped) return nullptr;
+    Lane& l = lanes_[pos];
+    l.state = State::kIdle;
+    --busy_;
+    return &l.entry;  // (left as the caller leaves it: submit() sets every field that is read)
+  }
 
   // A busy lane's submission handed back: the entry (named) and its request. `popped`: it had been
   // popped (the controller holds its position), else it was still waiting for the next pop.
