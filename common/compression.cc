@@ -28,10 +28,4 @@ const char* compression_name(Compression c) {
   return "?";
 }
 
-DataType wire_dtype(Compression c, DataType dtype) {
-  if (c == Compression::kNone || (dtype != DataType::kFloat32 && dtype != DataType::kFloat64))
-    return dtype;
-  return c == Compression::kFp16 ? DataType::kFloat16 : DataType::kBFloat16;
-}
-
 }  // namespace hvd

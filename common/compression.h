@@ -17,6 +17,10 @@ Compression parse_compression(const std::string& value);
 const char* compression_name(Compression c);
 // The dtype a batch of `dtype` travels as: kFloat16/kBFloat16 for float32/float64 under fp16/bf16,
 // else `dtype` itself.
-DataType wire_dtype(Compression c, DataType dtype);
+inline DataType wire_dtype(Compression c, DataType dtype) {
+  if (c == Compression::kNone || (dtype != DataType::kFloat32 && dtype != DataType::kFloat64))
+    return dtype;
+  return c == Compression::kFp16 ? DataType::kFloat16 : DataType::kBFloat16;
+}
 
 }  // namespace hvd

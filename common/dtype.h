@@ -64,9 +64,13 @@ constexpr const Info* find(DataType dtype) {
   return i < kCount ? &kTable[i] : nullptr;
 }
 
+[[noreturn]] void throw_unknown(DataType dtype);
 // Bytes per element. Throws hvd::InvalidArgumentError("unknown DataType N") for a value outside
-// the enumeration.
-std::size_t size(DataType dtype);
+// the enumeration. Inline: the data plane asks it per batch (scripts/trace-path).
+inline std::size_t size(DataType dtype) {
+  if (const Info* info = find(dtype)) return info->size;
+  throw_unknown(dtype);
+}
 // hvd's name ("float32"); "unknown" for a value outside the enumeration.
 const char* name(DataType dtype);
 // The dtype of a safetensors code ("F32"), exactly as spelled; std::nullopt for any other name

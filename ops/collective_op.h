@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/op_kind.h"
 #include "hvd/error.h"
 #include "hvd/tensor.h"
@@ -97,13 +98,20 @@ class CollectiveOp {
 // The factor applied after the reduction: postscale, divided by the contributors for kAverage.
 double post_factor(const OpBatch& batch);
 
+// Elements of the tensor (TensorRef::num_elements, inline: the data plane asks it per entry).
+inline int64_t elements(const TensorRef& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape()) n *= d;
+  return n;
+}
+
 // Bytes of one row of the first dimension (the product of the other dimensions times the element
 // size): allgather and alltoall move whole rows. A scalar is one row of one element.
 inline int64_t row_bytes(const TensorRef& t) {
   const auto& shape = t.shape();
   int64_t elems = 1;
   for (size_t d = 1; d < shape.size(); ++d) elems *= shape[d];
-  return elems * static_cast<int64_t>(dtype_size(t.dtype()));
+  return elems * static_cast<int64_t>(dtypes::size(t.dtype()));
 }
 
 // The data plane's own check that a CUDA tensor of entry `e` is on this process's device `device`

@@ -63,7 +63,7 @@ class FusedAllreduce : public Base {
     if (batch.entries.size() == 1 && packed == batch.dtype && reduce_directly(batch) &&
         memory_.holds(batch)) {
       OpEntry& e = batch.entries[0];
-      const int64_t n = e.output.num_elements();
+      const int64_t n = elements(e.output);
       if (n == 0) return;
       const void* in = e.input.data();
       void* out = e.output.data();

@@ -26,6 +26,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/dtype_math.h"
 #include "ops/mpi/mpi_ops.h"
 
@@ -33,7 +34,7 @@ namespace hvd::ops::mpi {
 
 void allreduce_chunked(const comm::MpiContext& ctx, const void* sendbuf, void* recvbuf,
                        int64_t count, DataType dtype, ReduceOp op, MPI_Comm comm) {
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t esize = static_cast<int64_t>(dtypes::size(dtype));
   // One rank (a job of one, or a hierarchical level of one: one node, one rank per node): the
   // reduction of one contribution is that contribution, and MPI would only copy it, through a
   // collective's dispatch per call (a job of one rank runs each small tensor as its own batch).
@@ -123,7 +124,7 @@ void MpiAllreduce::reduce_in_rank_order(const void* in, void* out, int64_t count
                                         ReduceOp op) {
   const size_t p = static_cast<size_t>(ctx_.topology().size);
   const size_t me = static_cast<size_t>(ctx_.topology().rank);
-  const int64_t esize = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t esize = static_cast<int64_t>(dtypes::size(dtype));
   const MPI_Datatype type = ctx_.datatype(dtype);
   const int64_t ranks = static_cast<int64_t>(p);
   const int64_t round = std::max<int64_t>(kOrderedRoundBytes / esize / ranks, 1) * ranks;
