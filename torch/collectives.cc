@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include "hvd/config.h"
 #include "internal.h"
 
 namespace hvd::torch {
@@ -261,11 +262,11 @@ std::vector<NamedTensor> named_tensors(const NamedTensors& tensors, const std::s
     const std::string name = prefix + item.key();
     const std::string p = internal::problem(item.value());
     if (!p.empty()) throw InvalidArgumentError("hvd::torch::named_tensors: '" + name + "' " + p);
-    if (!item.value().is_cpu())
+    if (!item.value().is_cpu() && !HVD_HAVE_CUDA)
       throw InvalidArgumentError(
           "hvd::torch::named_tensors: '" + name + "' is on " + item.value().device().str() +
-          "; hvd::Checkpointer takes CPU tensors: pass .cpu() copies (hvd::torch::Checkpointer "
-          "does this for a model and an optimizer).");
+          ", but hvd was built without CUDA, and its Checkpointer takes CPU tensors: pass .cpu() "
+          "copies (hvd::torch::Checkpointer does this for a model and an optimizer).");
     out.push_back(NamedTensor{name, internal::ref(item.value())});
   }
   return out;

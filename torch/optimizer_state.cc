@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "hvd/config.h"
 #include "internal.h"
 
 namespace hvd::torch {
@@ -373,7 +374,10 @@ void broadcast_optimizer_state(optim::Optimizer& optimizer, int root) {
 
 namespace {
 
-// Tensors for hvd::Checkpointer: CPU contiguous views, or CPU copies (copied back after a restore).
+// Tensors for hvd::Checkpointer: contiguous views of CPU tensors, and of CUDA tensors where hvd
+// was built with CUDA (hvd::Checkpointer stages them through pinned memory itself, after the work
+// queued on the current stream: docs/checkpointing.md); else contiguous copies (on the tensor's
+// device, or on the CPU for a CUDA tensor that this hvd cannot take), copied back after a restore.
 struct Staged {
   std::vector<NamedTensor> named;
   std::vector<at::Tensor> keep;
@@ -385,8 +389,12 @@ struct Staged {
       throw InvalidArgumentError("hvd::torch::Checkpointer: '" + name + "' " + p);
     if (!t.defined()) throw InvalidArgumentError("hvd::torch::Checkpointer: '" + name + "' " + p);
     at::Tensor c = t;
-    if (!t.is_cpu() || !t.is_contiguous()) {
+    const bool device_ok = t.is_cpu() || (HVD_HAVE_CUDA && t.is_cuda());
+    if (!device_ok) {
       c = t.detach().to(at::kCPU).contiguous();
+      copy_back.emplace_back(t, c);
+    } else if (!t.is_contiguous()) {
+      c = t.detach().contiguous();
       copy_back.emplace_back(t, c);
     }
     const std::string pc = internal::problem(c);

@@ -65,8 +65,9 @@ c10::ScalarType scalar_type_of(DataType dtype);
 // A view of `tensor` for the core API (hvd/collectives.h), after the checks above; `name` is what
 // an error calls the tensor. The tensor must stay alive and unchanged while an operation uses it.
 TensorRef tensor_ref(const at::Tensor& tensor, const std::string& name = "tensor");
-// Named CPU tensors for hvd::Checkpointer, each named prefix + its name (CPU only; checks as
-// above).
+// Named tensors for hvd::Checkpointer, each named prefix + its name (checks as above): CPU
+// tensors, and CUDA tensors where hvd was built with CUDA (views on the current stream, which the
+// Checkpointer waits for before it copies them).
 std::vector<NamedTensor> named_tensors(const NamedTensors& tensors, const std::string& prefix = "");
 
 // ---- Collectives on tensors -------------------------------------------------------------------

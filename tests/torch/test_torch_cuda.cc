@@ -7,18 +7,26 @@
 //   - the tensor produced on a side stream (made current) long after the call would see it on the
 //     default stream, read back on that stream;
 //   - allgather, broadcast, alltoall, reducescatter: results on the input's device;
-//   - DistributedOptimizer on a CUDA model against the single-process update on the global batch.
+//   - DistributedOptimizer on a CUDA model against the single-process update on the global batch;
+//   - hvd::torch::Checkpointer of a CUDA model and its Adam state, save and save_async (the file
+//     holds the values of the call even when a kernel changes them right after it), restored on
+//     the device.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hvd/torch.h"
 #include "tests/torch/torch_test_util.h"
+#include "torch/internal.h"
 
 namespace {
 
@@ -146,6 +154,66 @@ TEST_F(TorchCuda, DistributedOptimizerMatchesTheGlobalBatch) {
           << b[i].value().cpu();
     }
   }
+}
+
+// The Checkpointer takes the CUDA tensors as they are (hvd built with CUDA stages them through
+// pinned memory after the current stream's work); save_async returns once they are copied, so the
+// in-place change queued right after it on the same stream never reaches the file.
+TEST_F(TorchCuda, CheckpointerRoundTripsCudaModelAndAdamState) {
+  const auto dev = device();
+  at::Tensor pid =
+      ht::broadcast(at::full({1}, static_cast<int64_t>(getpid()), at::kLong), 0, "ckpt.pid.cuda");
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("hvd-torch-ckpt-cuda-" + std::to_string(pid.item<int64_t>())))
+                              .string();
+  for (bool async : {false, true}) {
+    torch::manual_seed(5);
+    torch::nn::Linear model(4, 3);
+    model->to(dev);
+    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+    for (int s = 0; s < 2; ++s) {
+      adam.zero_grad();
+      model->forward(torch::ones({2, 4}, torch::TensorOptions(dev))).sum().backward();
+      adam.step();
+    }
+    ht::broadcast_parameters(model->named_parameters(), 0);
+    ht::broadcast_optimizer_state(adam, 0);
+    std::vector<at::Tensor> want;
+    for (const auto& p : model->parameters()) want.push_back(p.detach().cpu());
+    ht::Checkpointer ckpt(dir);
+    const int64_t step = async ? 8 : 7;
+    if (async) {
+      ckpt.save_async(step, model, adam);
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->parameters()) p.add_(100.0);  // queued at once, on the same stream
+      ckpt.wait();
+    } else {
+      ckpt.save(step, model, adam);
+    }
+    torch::manual_seed(900 + r());
+    torch::nn::Linear fresh(4, 3);
+    fresh->to(dev);
+    torch::optim::Adam fresh_adam(fresh->parameters(), torch::optim::AdamOptions(0.5));
+    EXPECT_EQ(ckpt.restore_latest(fresh, fresh_adam), std::optional<int64_t>(step));
+    auto got = fresh->parameters();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(got[i].is_cuda()) << i;
+      EXPECT_TRUE(at::equal(got[i].cpu(), want[i]))
+          << (async ? "save_async" : "save") << ", parameter " << i << " on rank " << r();
+    }
+    for (const auto& group : fresh_adam.param_groups())
+      for (const auto& p : group.params()) {
+        auto it = fresh_adam.state().find(ht::internal::state_key(p));
+        ASSERT_NE(it, fresh_adam.state().end());
+        auto* st = dynamic_cast<torch::optim::AdamParamState*>(it->second.get());
+        ASSERT_NE(st, nullptr);
+        EXPECT_TRUE(st->exp_avg().is_cuda());
+        EXPECT_EQ(st->step(), 2);
+      }
+  }
+  hvd::barrier();
+  if (r() == 0) std::filesystem::remove_all(dir);
 }
 
 }  // namespace
