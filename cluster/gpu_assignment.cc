@@ -76,6 +76,17 @@ GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env) {
   return a;
 }
 
+NcclPlan plan_nccl(GpuOperations ops, bool nccl_shared_gpu, const GpuAssignment& mine,
+                   bool any_shared, const EnvLookup& env, const std::string& hostname, int rank) {
+  NcclPlan plan;
+  plan.use_nccl = ops == GpuOperations::kNccl && (!any_shared || nccl_shared_gpu);
+  if (plan.use_nccl && mine.shared && mine.device >= 0) {
+    const std::string base = get(env, "NCCL_HOSTID");
+    plan.host_id = (base.empty() ? hostname : base) + ".hvd-rank" + std::to_string(rank);
+  }
+  return plan;
+}
+
 std::string cuda_tensor_problem(const GpuAssignment& a, const Device& device) {
   if (device.kind != Device::kCUDA) return "";
   if (a.device < 0)

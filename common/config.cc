@@ -152,6 +152,13 @@ const std::vector<ConfigVar>& config_registry() {
        .choices = {"NCCL", "MPI"},
        .launcher_flag = "gpu-operations",
        .launcher_doc = "Backend for GPU tensors: NCCL or MPI."},
+      {.name = "HVD_NCCL_SHARED_GPU",
+       .type = ConfigType::kBool,
+       .default_value = "0",
+       .doc = "Where several ranks of a node share one GPU, use NCCL anyway (0: host-staged MPI "
+              "there): each such rank gives NCCL a host identity of its own (NCCL_HOSTID), so "
+              "NCCL accepts them and carries their traffic over its network transport. Slow; "
+              "meant for running the NCCL path of several ranks on a one-GPU machine."},
       {.name = "HVD_ENABLE_ASYNC_COMPLETION",
        .type = ConfigType::kBool,
        .default_value = "0",
@@ -429,6 +436,7 @@ Config load_config(const EnvLookup& env) {
   c.copy_threads = get_int("HVD_COPY_THREADS");
   c.hierarchical_allreduce = get_bool("HVD_HIERARCHICAL_ALLREDUCE");
   c.gpu_operations = get_enum("HVD_GPU_OPERATIONS", {GpuOperations::kNccl, GpuOperations::kMpi});
+  c.nccl_shared_gpu = get_bool("HVD_NCCL_SHARED_GPU");
   c.compression =
       get_enum("HVD_COMPRESSION", {Compression::kNone, Compression::kFp16, Compression::kBf16});
   c.deterministic = get_bool("HVD_DETERMINISTIC");

@@ -72,6 +72,7 @@ struct Config {
   bool cached_lanes = true;  // HVD_CACHED_LANES (runtime/lanes.h)
   bool hierarchical_allreduce = false;
   GpuOperations gpu_operations = GpuOperations::kNccl;
+  bool nccl_shared_gpu = false;  // HVD_NCCL_SHARED_GPU (runtime/wiring.cc: build_operations)
   Compression compression = Compression::kNone;  // ops/mpi/allreduce.cc
   bool deterministic = false;                    // HVD_DETERMINISTIC (ops/mpi/allreduce.cc)
   bool async_completion = false;  // HVD_ENABLE_ASYNC_COMPLETION (runtime/executor.cc)

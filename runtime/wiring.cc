@@ -3,6 +3,8 @@
 // backend, copy helpers, watchdog, timeline, parameters) and the options each set's controller and
 // stall inspector are built with (runtime/process_set.cc). The Runtime's lifecycle itself is
 // runtime/runtime.cc.
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "cluster/env_resolver.h"
@@ -104,15 +106,28 @@ void SharedServices::build_operations(ProcessSetState& world) {
   // NCCL communicators are collective: every rank must take the same decision.
   int shared = gpu_.shared ? 1 : 0;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_LOR, world.mpi().world()));
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  const cluster::NcclPlan nccl =
+      cluster::plan_nccl(config_.gpu_operations, config_.nccl_shared_gpu, gpu_, shared != 0,
+                         process_env_lookup(), host, topo.rank);
+  // Before NCCL's first call: NCCL reads NCCL_HOSTID when it first hashes the host.
+  if (!nccl.host_id.empty()) {
+    setenv("NCCL_HOSTID", nccl.host_id.c_str(), 1);
+    HVD_LOG(Debug) << "HVD_NCCL_SHARED_GPU: NCCL_HOSTID=" << nccl.host_id;
+  }
   ops::GpuBackendOptions go;
   go.device = gpu_.device;
-  go.use_nccl = config_.gpu_operations != GpuOperations::kMpi && !shared;
+  go.use_nccl = nccl.use_nccl;
   go.finalizer_poll_us = wait_poll_us(config_.wait_poll_us, topo.cores_per_rank,
                                       /*threads_per_rank=*/3);
   go.async_completion = config_.async_completion;
   if (gpu_.device >= 0 && config_.gpu_operations != GpuOperations::kMpi && shared && topo.rank == 0)
-    HVD_LOG(Warning)
-        << "several ranks share a GPU: CUDA tensors go through host-staged MPI instead of NCCL.";
+    HVD_LOG(Warning) << (nccl.use_nccl
+                             ? "several ranks share a GPU and HVD_NCCL_SHARED_GPU=1: NCCL runs "
+                               "them as hosts of their own (its network transport, slow)."
+                             : "several ranks share a GPU: CUDA tensors go through host-staged "
+                               "MPI instead of NCCL (HVD_NCCL_SHARED_GPU=1 keeps NCCL).");
   gpu_backend_ = std::make_unique<ops::GpuBackend>(world.mpi(), go);
 #if HVD_HAVE_NCCL
   // The NCCL path compresses fp16 only, so its CUDA tensors stay uncompressed under bf16.

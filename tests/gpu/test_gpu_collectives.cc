@@ -1,6 +1,7 @@
 // Every collective on CUDA tensors x float32/float16/bfloat16/int32 x sizes 0, 1, 7, 1000003,
-// through the public API. ctest runs it with 1 rank on NCCL and with 2 ranks sharing one GPU with
-// HVD_GPU_OPERATIONS=MPI (host staging). Each rank computes its own expected values.
+// through the public API. ctest runs it with 1 rank on NCCL, with 2 ranks sharing one GPU with
+// HVD_GPU_OPERATIONS=MPI (host staging), and with 2 and 3 ranks sharing one GPU on NCCL
+// (HVD_NCCL_SHARED_GPU=1). Each rank computes its own expected values.
 // Also: a tensor produced by a slow kernel on the user's stream is reduced only after that kernel
 // (fails if the NCCL stream does not wait for the user's stream); send/recv around the ring and a
 // process set's collectives on device tensors (2 ranks and more).
@@ -332,6 +333,27 @@ TEST_F(GpuCollectives, WaitsForTheKernelThatProducesTheTensor) {
 bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v != nullptr && std::string(v) == value;
+}
+
+// HVD_NCCL_SHARED_GPU=1 with several ranks on one GPU: hvd kept NCCL and gave this rank a NCCL
+// host of its own (NCCL would refuse a second rank on the device otherwise, and the collectives
+// above would have failed); without it, NCCL_HOSTID stays as the launcher left it.
+TEST_F(GpuCollectives, SharedGpuRanksAreNcclHostsOfTheirOwn) {
+  int devices = 0;
+  cudaGetDeviceCount(&devices);
+  const bool shared = hvd::local_size() > devices;
+  const char* id = std::getenv("NCCL_HOSTID");
+  const std::string suffix = ".hvd-rank" + std::to_string(rank_);
+  if (env_is("HVD_NCCL_SHARED_GPU", "1") && !env_is("HVD_GPU_OPERATIONS", "MPI") && shared) {
+    ASSERT_NE(id, nullptr) << "rank " << rank_ << ": hvd did not set NCCL_HOSTID";
+    const std::string s(id);
+    EXPECT_TRUE(s.size() > suffix.size() &&
+                s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
+        << "rank " << rank_ << ": NCCL_HOSTID=" << s;
+  } else {
+    EXPECT_TRUE(id == nullptr || std::string(id).find(".hvd-rank") == std::string::npos)
+        << "rank " << rank_ << ": NCCL_HOSTID=" << id;
+  }
 }
 
 TEST_F(GpuCollectives, CompletionIsOrderedOnTheOutputStream) {
