@@ -77,10 +77,14 @@ GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env) {
 }
 
 NcclPlan plan_nccl(GpuOperations ops, bool nccl_shared_gpu, const GpuAssignment& mine,
-                   bool any_shared, const EnvLookup& env, const std::string& hostname, int rank) {
+                   bool any_shared, int nccl_version, const EnvLookup& env,
+                   const std::string& hostname, int rank) {
   NcclPlan plan;
   plan.use_nccl = ops == GpuOperations::kNccl && (!any_shared || nccl_shared_gpu);
-  if (plan.use_nccl && mine.shared && mine.device >= 0) {
+  if (!plan.use_nccl || !mine.shared || mine.device < 0) return plan;
+  if (nccl_version >= 23000) {
+    plan.multi_rank_gpu = true;
+  } else {
     const std::string base = get(env, "NCCL_HOSTID");
     plan.host_id = (base.empty() ? hostname : base) + ".hvd-rank" + std::to_string(rank);
   }

@@ -41,20 +41,25 @@ struct GpuAssignment {
 // values, local_rank >= local_size).
 GpuAssignment assign_gpu(const GpuAssignmentInput& in, const EnvLookup& env);
 
-// Which backend CUDA tensors take. NCCL cannot hold two ranks on one GPU of one host (before 2.30
-// it refuses them as "Duplicate GPU"), so where ranks share a GPU they go through host-staged MPI,
-// unless HVD_NCCL_SHARED_GPU asks for NCCL anyway: then every rank of a node whose GPU is shared
-// sets NCCL_HOSTID to an identity of its own before NCCL starts, and NCCL treats it as a host of
-// its own (its network transport between them). NCCL communicators are collective, so the choice
-// must be the same on every rank: `any_shared` is the OR of every rank's `GpuAssignment::shared`.
+// Which backend CUDA tensors take. NCCL refuses two ranks of one communicator on one GPU of one
+// host ("Duplicate GPU"; NCCL 2.30 and later accept them with NCCL_MULTI_RANK_GPU_ENABLE=1), so
+// where ranks share a GPU they go through host-staged MPI, unless HVD_NCCL_SHARED_GPU asks for
+// NCCL anyway. Then every rank of a node whose GPU is shared, before NCCL starts, sets
+// NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.30 and later), or else NCCL_HOSTID to an identity of its
+// own, so that NCCL treats it as a host of its own (its network transport between them). NCCL
+// communicators are collective, so the choice must be the same on every rank: `any_shared` is the
+// OR of every rank's `GpuAssignment::shared`.
 struct NcclPlan {
   bool use_nccl = false;
-  std::string host_id;  // the NCCL_HOSTID this rank sets ("": leave NCCL_HOSTID as it is)
+  bool multi_rank_gpu = false;  // set NCCL_MULTI_RANK_GPU_ENABLE=1 (unless the user set it)
+  std::string host_id;          // the NCCL_HOSTID this rank sets ("": leave NCCL_HOSTID as it is)
 };
-// `env` gives NCCL_HOSTID as the user set it (kept as the identity's prefix, so that ranks of
-// different hosts stay apart); `hostname` this host's name, `rank` the global rank.
+// `nccl_version`: ncclGetVersion's code (23000 for 2.30.0; 0: unknown). `env` gives NCCL_HOSTID
+// as the user set it (kept as the identity's prefix, so that ranks of different hosts stay apart);
+// `hostname` this host's name, `rank` the global rank.
 NcclPlan plan_nccl(GpuOperations ops, bool nccl_shared_gpu, const GpuAssignment& mine,
-                   bool any_shared, const EnvLookup& env, const std::string& hostname, int rank);
+                   bool any_shared, int nccl_version, const EnvLookup& env,
+                   const std::string& hostname, int rank);
 
 // Checks that a CUDA tensor passed to `op` (e.g. "allreduce of 'fc1.weight'") lives on this
 // process's device. Throws InvalidArgumentError naming the tensor's device, the assigned one and

@@ -156,9 +156,10 @@ const std::vector<ConfigVar>& config_registry() {
        .type = ConfigType::kBool,
        .default_value = "0",
        .doc = "Where several ranks of a node share one GPU, use NCCL anyway (0: host-staged MPI "
-              "there): each such rank gives NCCL a host identity of its own (NCCL_HOSTID), so "
-              "NCCL accepts them and carries their traffic over its network transport. Slow; "
-              "meant for running the NCCL path of several ranks on a one-GPU machine."},
+              "there): each such rank sets NCCL_MULTI_RANK_GPU_ENABLE=1 (NCCL 2.30 and later) or "
+              "else gives NCCL a host identity of its own (NCCL_HOSTID; NCCL's network transport "
+              "between them, slow). Meant for running the NCCL path of several ranks on a one-GPU "
+              "machine."},
       {.name = "HVD_ENABLE_ASYNC_COMPLETION",
        .type = ConfigType::kBool,
        .default_value = "0",

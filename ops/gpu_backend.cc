@@ -35,6 +35,11 @@ GpuBackend::GpuBackend(const comm::MpiContext& mpi, const GpuBackendOptions& opt
 
 int GpuBackend::visible_devices() { return cuda::visible_device_count(); }
 
+int GpuBackend::nccl_version() {
+  int v = 0;
+  return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+}
+
 bool GpuBackend::active() const { return impl_ && impl_->cuda != nullptr; }
 
 cuda::CudaContext* GpuBackend::cuda() const { return impl_ ? impl_->cuda.get() : nullptr; }
@@ -95,6 +100,7 @@ struct GpuBackend::Impl {};
 
 GpuBackend::GpuBackend(const comm::MpiContext&, const GpuBackendOptions&) {}
 int GpuBackend::visible_devices() { return 0; }
+int GpuBackend::nccl_version() { return 0; }
 bool GpuBackend::active() const { return false; }
 cuda::CudaContext* GpuBackend::cuda() const { return nullptr; }
 nccl::NcclContext* GpuBackend::nccl() const { return nullptr; }

@@ -47,6 +47,9 @@ class GpuBackend {
 
   // cudaGetDeviceCount, 0 without CUDA, a driver or a device. Never throws.
   static int visible_devices();
+  // ncclGetVersion's code (major * 10000 + minor * 100 + patch: 2.30.1 is 23001), 0 without NCCL.
+  // Never throws.
+  static int nccl_version();
   // Whether GPU ops exist (a CUDA build and a device).
   bool active() const;
 

@@ -110,12 +110,14 @@ void SharedServices::build_operations(ProcessSetState& world) {
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   const cluster::NcclPlan nccl =
       cluster::plan_nccl(config_.gpu_operations, config_.nccl_shared_gpu, gpu_, shared != 0,
-                         process_env_lookup(), host, topo.rank);
-  // Before NCCL's first call: NCCL reads NCCL_HOSTID when it first hashes the host.
-  if (!nccl.host_id.empty()) {
-    setenv("NCCL_HOSTID", nccl.host_id.c_str(), 1);
-    HVD_LOG(Debug) << "HVD_NCCL_SHARED_GPU: NCCL_HOSTID=" << nccl.host_id;
-  }
+                         ops::GpuBackend::nccl_version(), process_env_lookup(), host, topo.rank);
+  // Before NCCL's first communicator: NCCL reads these when it first looks at the host.
+  if (nccl.multi_rank_gpu) setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
+  if (!nccl.host_id.empty()) setenv("NCCL_HOSTID", nccl.host_id.c_str(), 1);
+  if (nccl.multi_rank_gpu || !nccl.host_id.empty())
+    HVD_LOG(Debug) << "HVD_NCCL_SHARED_GPU: "
+                   << (nccl.multi_rank_gpu ? "NCCL_MULTI_RANK_GPU_ENABLE=1"
+                                           : "NCCL_HOSTID=" + nccl.host_id);
   ops::GpuBackendOptions go;
   go.device = gpu_.device;
   go.use_nccl = nccl.use_nccl;
@@ -124,8 +126,8 @@ void SharedServices::build_operations(ProcessSetState& world) {
   go.async_completion = config_.async_completion;
   if (gpu_.device >= 0 && config_.gpu_operations != GpuOperations::kMpi && shared && topo.rank == 0)
     HVD_LOG(Warning) << (nccl.use_nccl
-                             ? "several ranks share a GPU and HVD_NCCL_SHARED_GPU=1: NCCL runs "
-                               "them as hosts of their own (its network transport, slow)."
+                             ? "several ranks share a GPU and HVD_NCCL_SHARED_GPU=1: CUDA "
+                               "tensors stay on NCCL (docs/gpu.md)."
                              : "several ranks share a GPU: CUDA tensors go through host-staged "
                                "MPI instead of NCCL (HVD_NCCL_SHARED_GPU=1 keeps NCCL).");
   gpu_backend_ = std::make_unique<ops::GpuBackend>(world.mpi(), go);

@@ -129,38 +129,53 @@ TEST(GpuAssignment, SharedGpuSuggestsMpiStaging) {
   EXPECT_TRUE(single.shared);
 }
 
-// Which backend CUDA tensors take, and the NCCL host identity a rank on a shared GPU sets.
-TEST(GpuAssignment, NcclPlanKeepsSharedGpusOnMpiUnlessAskedAndGivesEachSharingRankItsOwnHost) {
+// Which backend CUDA tensors take, and how a rank on a shared GPU gets NCCL to accept it.
+TEST(GpuAssignment, NcclPlanKeepsSharedGpusOnMpiUnlessAskedAndThenLetsNcclAcceptEachRank) {
   const GpuAssignment shared = assign(1, 2, 1), alone = assign(0, 1, 1), none = assign(0, 2, 0);
   const auto kNccl = GpuOperations::kNccl;
+  const int v228 = 22803, v230 = 23000;
   FakeEnv empty;
-  // No rank shares a GPU: NCCL, NCCL_HOSTID untouched.
-  NcclPlan p = plan_nccl(kNccl, false, alone, false, empty.lookup(), "node7", 0);
+  // No rank shares a GPU: NCCL, nothing set.
+  NcclPlan p = plan_nccl(kNccl, false, alone, false, v228, empty.lookup(), "node7", 0);
   EXPECT_TRUE(p.use_nccl);
+  EXPECT_FALSE(p.multi_rank_gpu);
   EXPECT_EQ(p.host_id, "");
   // HVD_GPU_OPERATIONS=MPI wins over everything.
   for (bool ask : {false, true})
     EXPECT_FALSE(
-        plan_nccl(GpuOperations::kMpi, ask, shared, true, empty.lookup(), "h", 1).use_nccl);
+        plan_nccl(GpuOperations::kMpi, ask, shared, true, v230, empty.lookup(), "h", 1).use_nccl);
   // Some rank shares its GPU: every rank takes MPI (a NCCL communicator is collective), even one
-  // that has a GPU of its own...
-  EXPECT_FALSE(plan_nccl(kNccl, false, shared, true, empty.lookup(), "h", 1).use_nccl);
-  EXPECT_FALSE(plan_nccl(kNccl, false, alone, true, empty.lookup(), "h", 0).use_nccl);
-  // ...unless HVD_NCCL_SHARED_GPU=1: then every rank takes NCCL, and the sharing ones (only they)
-  // get distinct identities, built on the host's name.
-  p = plan_nccl(kNccl, true, shared, true, empty.lookup(), "node7", 1);
+  // that has a GPU of its own, whatever NCCL's version...
+  for (int v : {v228, v230}) {
+    EXPECT_FALSE(plan_nccl(kNccl, false, shared, true, v, empty.lookup(), "h", 1).use_nccl);
+    EXPECT_FALSE(plan_nccl(kNccl, false, alone, true, v, empty.lookup(), "h", 0).use_nccl);
+  }
+  // ...unless HVD_NCCL_SHARED_GPU=1: then every rank takes NCCL. Before NCCL 2.30 the sharing
+  // ranks (only they) get distinct host identities, built on the host's name...
+  p = plan_nccl(kNccl, true, shared, true, v228, empty.lookup(), "node7", 1);
   EXPECT_TRUE(p.use_nccl);
+  EXPECT_FALSE(p.multi_rank_gpu);
   EXPECT_EQ(p.host_id, "node7.hvd-rank1");
-  EXPECT_NE(plan_nccl(kNccl, true, assign(0, 2, 1), true, empty.lookup(), "node7", 0).host_id,
+  EXPECT_NE(plan_nccl(kNccl, true, assign(0, 2, 1), true, v228, empty.lookup(), "node7", 0).host_id,
             p.host_id);
-  p = plan_nccl(kNccl, true, alone, true, empty.lookup(), "node8", 2);
+  p = plan_nccl(kNccl, true, alone, true, v228, empty.lookup(), "node8", 2);
   EXPECT_TRUE(p.use_nccl);
   EXPECT_EQ(p.host_id, "");
+  // ...an unknown version (0) is treated as an old one...
+  EXPECT_EQ(plan_nccl(kNccl, true, shared, true, 0, empty.lookup(), "n", 3).host_id, "n.hvd-rank3");
+  // ...and from 2.30 they ask NCCL to accept several ranks per GPU, keeping their host.
+  p = plan_nccl(kNccl, true, shared, true, v230, empty.lookup(), "node7", 1);
+  EXPECT_TRUE(p.use_nccl);
+  EXPECT_TRUE(p.multi_rank_gpu);
+  EXPECT_EQ(p.host_id, "");
+  EXPECT_FALSE(plan_nccl(kNccl, true, alone, true, v230, empty.lookup(), "h", 0).multi_rank_gpu);
   // No visible device: nothing to hand NCCL.
-  EXPECT_EQ(plan_nccl(kNccl, true, none, true, empty.lookup(), "h", 0).host_id, "");
+  p = plan_nccl(kNccl, true, none, true, v228, empty.lookup(), "h", 0);
+  EXPECT_EQ(p.host_id, "");
+  EXPECT_FALSE(p.multi_rank_gpu);
   // A NCCL_HOSTID the user set stays the prefix (ranks of two hosts stay apart).
   FakeEnv user{{{"NCCL_HOSTID", "rack3-node9"}}};
-  EXPECT_EQ(plan_nccl(kNccl, true, shared, true, user.lookup(), "h", 5).host_id,
+  EXPECT_EQ(plan_nccl(kNccl, true, shared, true, v228, user.lookup(), "h", 5).host_id,
             "rack3-node9.hvd-rank5");
 }
 

@@ -7,6 +7,7 @@
 // process set's collectives on device tensors (2 ranks and more).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
+#include <nccl.h>
 
 #include <cstdlib>
 #include <memory>
@@ -335,17 +336,25 @@ bool env_is(const char* name, const char* value) {
   return v != nullptr && std::string(v) == value;
 }
 
-// HVD_NCCL_SHARED_GPU=1 with several ranks on one GPU: hvd kept NCCL and gave this rank a NCCL
-// host of its own (NCCL would refuse a second rank on the device otherwise, and the collectives
-// above would have failed); without it, NCCL_HOSTID stays as the launcher left it.
-TEST_F(GpuCollectives, SharedGpuRanksAreNcclHostsOfTheirOwn) {
+// HVD_NCCL_SHARED_GPU=1 with several ranks on one GPU: hvd kept NCCL and made NCCL accept this
+// rank (NCCL would refuse a second rank on the device otherwise, and the collectives above would
+// have failed): NCCL_MULTI_RANK_GPU_ENABLE=1 from NCCL 2.30, else a NCCL host of its own
+// (NCCL_HOSTID ending in .hvd-rank<r>). Without it, NCCL_HOSTID stays as the launcher left it.
+TEST_F(GpuCollectives, SharedGpuRanksAreAcceptedByNccl) {
   int devices = 0;
   cudaGetDeviceCount(&devices);
   const bool shared = hvd::local_size() > devices;
+  int version = 0;
+  ncclGetVersion(&version);
   const char* id = std::getenv("NCCL_HOSTID");
   const std::string suffix = ".hvd-rank" + std::to_string(rank_);
   if (env_is("HVD_NCCL_SHARED_GPU", "1") && !env_is("HVD_GPU_OPERATIONS", "MPI") && shared) {
-    ASSERT_NE(id, nullptr) << "rank " << rank_ << ": hvd did not set NCCL_HOSTID";
+    if (version >= 23000) {
+      EXPECT_TRUE(env_is("NCCL_MULTI_RANK_GPU_ENABLE", "1")) << "rank " << rank_;
+      return;
+    }
+    ASSERT_NE(id, nullptr) << "rank " << rank_ << ": hvd did not set NCCL_HOSTID (NCCL " << version
+                           << ")";
     const std::string s(id);
     EXPECT_TRUE(s.size() > suffix.size() &&
                 s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0)
