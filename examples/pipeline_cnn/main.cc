@@ -5,17 +5,19 @@
 //   mpirun -np 4 pipeline_cnn --stages 2 --micro-batches 4   # 2 pipelines x 2 stages
 //   mpirun -np 1 pipeline_cnn --stages 1                       # the one-process reference
 //
-// Rank r is stage r % S of pipeline r / S (a pipeline's stages are neighbours, as on one node).
-// The network's three blocks (conv1 block, conv2 block, the dense layers with the loss) are dealt
-// to the stages in order. Every rank builds the whole model from the same seed (so the initial
-// weights are those of the one-process run) and trains the parameters of its own blocks: per step,
-// the pipeline's share of the global batch is cut into M micro-batches; each goes forward through
-// the stages (the activations sent to the next stage), then each comes back (the activation
-// gradients sent to the previous stage), the gradients accumulating; then each stage all-reduces
-// its gradients over its process set (the same stage of every pipeline), averaging over the global
-// batch, and takes an SGD-with-momentum step. The optimizer, the initialisation and the layers are
-// train_cnn's, so the final weights match the one-process run's to rounding (the sums over a
-// batch are done in another order); --compare-weights checks that.
+// Rank r is stage r % S of pipeline r / S (a pipeline's stages are neighbours, as on one node). The
+// network's three blocks (conv1 block, conv2 block, the dense layers with the loss) are dealt to
+// the stages in order: by default so that the slowest stage is as fast as it can be, from each
+// block's time measured on rank 0 before training (--split cost), or evenly by count (--split
+// even), or as given (--split 2,1: blocks per stage). Every rank builds the whole model from the
+// same seed (so the initial weights are those of the one-process run) and trains the parameters of
+// its own blocks: per step, the pipeline's share of the global batch is cut into M micro-batches;
+// each goes forward through the stages (the activations sent to the next stage), then each comes
+// back (the activation gradients sent to the previous stage), the gradients accumulating; then each
+// stage all-reduces its gradients over its process set (the same stage of every pipeline),
+// averaging over the global batch, and takes an SGD-with-momentum step. The optimizer, the
+// initialisation and the layers are train_cnn's, so the final weights match the one-process run's
+// to rounding (the sums over a batch are done in another order); --compare-weights checks that.
 //
 // Prints per step the loss (last stage of pipeline 0, through rank 0), and at the end images/s and
 // the pipeline bubble: the share of a step that stage ranks spend waiting, against the GPipe bound
@@ -58,7 +60,8 @@ struct Flags {
   std::string data_dir;    // Fashion-MNIST IDX files; empty: synthetic images
   int64_t samples = 4096;  // synthetic images
   std::string save_weights, compare_weights;
-  double tolerance = 1e-4;  // of --compare-weights: max |a - b| / (max |b| + 1e-6) per tensor
+  double tolerance = 1e-4;     // of --compare-weights: max |a - b| / (max |b| + 1e-6) per tensor
+  std::string split = "cost";  // cost | even | blocks per stage ("2,1")
 };
 
 [[noreturn]] void usage_error(const std::string& what) {
@@ -66,7 +69,8 @@ struct Flags {
     std::fprintf(stderr,
                  "pipeline_cnn: %s\nflags: --stages S (1-3) --micro-batches M --global-batch G "
                  "--steps N --lr X --momentum X --seed N --data DIR --samples N "
-                 "--save-weights FILE --compare-weights FILE --tolerance X\n",
+                 "--save-weights FILE --compare-weights FILE --tolerance X "
+                 "--split cost|even|N,N,...\n",
                  what.c_str());
   if (hvd::initialized()) hvd::shutdown();
   std::exit(2);
@@ -113,6 +117,8 @@ Flags parse(int argc, char** argv) {
       f.compare_weights = value();
     else if (a == "--tolerance")
       f.tolerance = number(0, 1);
+    else if (a == "--split")
+      f.split = value();
     else
       usage_error("unknown flag " + a);
   }
@@ -129,12 +135,110 @@ struct Stage {
   size_t end_param() const { return last == 0 ? 2 : last == 1 ? 4 : 8; }
 };
 
-Stage stage_of(int index, int count) {
-  constexpr int kBlocks = CnnGraph<CpuLayers>::kBlocks;
-  Stage s{index, count, 0, 0};
-  s.first = index * kBlocks / count;
-  s.last = (index + 1) * kBlocks / count - 1;
-  return s;
+constexpr int kBlocks = CnnGraph<CpuLayers>::kBlocks;
+static_assert(kBlocks == 3, "Stage's parameter ranges and the printed costs assume three blocks");
+
+// The stages of `counts` blocks each, in order.
+std::vector<Stage> stages_of(const std::vector<int>& counts) {
+  std::vector<Stage> out;
+  int first = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    out.push_back(
+        {static_cast<int>(i), static_cast<int>(counts.size()), first, first + counts[i] - 1});
+    first += counts[i];
+  }
+  return out;
+}
+
+// Every way to deal kBlocks blocks to `stages` stages in order, each stage at least one block.
+void each_split(int stages, std::vector<int>& counts, int left,
+                const std::function<void(const std::vector<int>&)>& visit) {
+  if (static_cast<int>(counts.size()) == stages - 1) {
+    counts.push_back(left);
+    visit(counts);
+    counts.pop_back();
+    return;
+  }
+  for (int c = 1; left - c >= stages - static_cast<int>(counts.size()) - 1; ++c) {
+    counts.push_back(c);
+    each_split(stages, counts, left - c, visit);
+    counts.pop_back();
+  }
+}
+
+// The blocks per stage: --split N,N,... as given (checked), "even" by count, "cost" the split whose
+// slowest stage is the fastest for the blocks' measured costs (ties: the earlier split).
+std::vector<int> choose_split(const Flags& f, const std::vector<double>& cost) {
+  std::vector<int> best;
+  if (f.split == "even") {
+    for (int i = 0; i < f.stages; ++i)
+      best.push_back((i + 1) * kBlocks / f.stages - i * kBlocks / f.stages);
+    return best;
+  }
+  if (f.split == "cost") {
+    double best_max = 0;
+    std::vector<int> counts;
+    each_split(f.stages, counts, kBlocks, [&](const std::vector<int>& c) {
+      double slowest = 0;
+      for (const Stage& st : stages_of(c)) {
+        double t = 0;
+        for (int b = st.first; b <= st.last; ++b) t += cost[static_cast<size_t>(b)];
+        slowest = std::max(slowest, t);
+      }
+      if (best.empty() || slowest < best_max) best = c, best_max = slowest;
+    });
+    return best;
+  }
+  std::vector<int> counts;
+  int total = 0;
+  for (size_t at = 0; at <= f.split.size();) {
+    size_t comma = f.split.find(',', at);
+    if (comma == std::string::npos) comma = f.split.size();
+    const std::string item = f.split.substr(at, comma - at);
+    char* end = nullptr;
+    const long n = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || n < 1 || n > kBlocks) counts.clear(), total = -1;
+    if (total < 0) break;
+    counts.push_back(static_cast<int>(n));
+    total += static_cast<int>(n);
+    at = comma + 1;
+  }
+  if (total != kBlocks || static_cast<int>(counts.size()) != f.stages)
+    usage_error("--split '" + f.split + "' is not " + std::to_string(f.stages) +
+                " block counts adding up to the network's " + std::to_string(kBlocks) +
+                " blocks: pass cost, even, or counts such as " +
+                (f.stages == 2 ? std::string("2,1") : std::string("1,1,1")));
+  return counts;
+}
+
+// Each block's time for one micro-batch, forward and backward (the loss in the last block), the
+// best of 3 runs on graph `g` (its gradients are left dirty: zero them before training).
+std::vector<double> measure_blocks(CnnGraph<CpuLayers>& g, const train_cnn::data::Dataset& data,
+                                   int micro) {
+  std::vector<int64_t> indices(static_cast<size_t>(micro));
+  std::vector<int32_t> labels(static_cast<size_t>(micro));
+  for (int i = 0; i < micro; ++i) indices[static_cast<size_t>(i)] = i % data.count;
+  train_cnn::data::gather_batch(data, indices, g.input(micro), labels);
+  std::vector<double> best(kBlocks, 1e30);
+  for (int run = 0; run < 3; ++run) {
+    std::vector<double> t(kBlocks, 0);
+    auto timed = [&](int b, auto&& work) {
+      const auto t0 = Clock::now();
+      work();
+      t[static_cast<size_t>(b)] += std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    for (int b = 0; b < kBlocks; ++b)
+      timed(b, [&] {
+        // The images every time: the graph keeps the last call's for block 0's backward.
+        g.forward_blocks(b, b, g.input(micro), micro);
+        if (b == kBlocks - 1) g.loss().forward(g.logits(), std::span<int32_t>(labels), micro);
+      });
+    for (int b = kBlocks - 1; b >= 0; --b) timed(b, [&] { g.backward_blocks(b, b, {}); });
+    for (int b = 0; b < kBlocks; ++b)
+      best[static_cast<size_t>(b)] =
+          std::min(best[static_cast<size_t>(b)], t[static_cast<size_t>(b)]);
+  }
+  return best;
 }
 
 hvd::TensorRef ref(std::span<float> v) { return hvd::as_tensor(v); }
@@ -180,8 +284,8 @@ int main(int argc, char** argv) {
   if (size % f.stages != 0)
     usage_error(std::to_string(size) + " ranks do not make whole pipelines of " +
                 std::to_string(f.stages) + " stages: run a multiple of --stages ranks");
+  if (f.split != "cost") (void)choose_split(f, {});  // a bad --split fails before any work
   const int pipelines = size / f.stages;
-  const Stage st = stage_of(rank % f.stages, f.stages);
   const int pipeline = rank / f.stages;
   const int per_pipeline = f.global_batch / pipelines;
   const int micro = per_pipeline / f.micro_batches;
@@ -198,7 +302,7 @@ int main(int argc, char** argv) {
     stage_sets.push_back(static_cast<int>(ranks.size()) == size ? hvd::global_process_set()
                                                                 : hvd::add_process_set(ranks));
   }
-  const hvd::ProcessSet& my_stage_set = stage_sets[static_cast<size_t>(st.index)];
+  const hvd::ProcessSet& my_stage_set = stage_sets[static_cast<size_t>(rank % f.stages)];
 
   // Data: every rank has the set (the first stage reads images, the last labels).
   train_cnn::data::Dataset data =
@@ -216,6 +320,25 @@ int main(int argc, char** argv) {
     graphs.push_back(std::make_unique<CnnGraph<CpuLayers>>(CpuLayers{}, model.options()));
     graphs.back()->bind(model.parameters());
     graphs.back()->reserve(micro);
+  }
+  // The split: rank 0 times the blocks and tells every rank, so that all deal them alike.
+  std::vector<double> cost(kBlocks, 0);
+  const bool measure = f.split == "cost" && f.stages > 1 && f.stages < kBlocks;
+  if (measure) {
+    if (rank == 0) cost = measure_blocks(*graphs[0], data, micro);
+    hvd::broadcast(hvd::TensorRef(cost.data(), hvd::DataType::kFloat64, {kBlocks}), 0,
+                   "pipeline.block_costs");
+    model.zero_gradients();
+  }
+  const std::vector<Stage> stages = stages_of(choose_split(f, cost));
+  const Stage st = stages[static_cast<size_t>(rank % f.stages)];
+  if (rank == 0) {
+    std::printf("split (%s):", f.split.c_str());
+    for (const Stage& s : stages) std::printf(" stage %d = blocks %d-%d", s.index, s.first, s.last);
+    if (measure)
+      std::printf("; block ms per micro-batch (forward + backward): %.3f %.3f %.3f", cost[0] * 1e3,
+                  cost[1] * 1e3, cost[2] * 1e3);
+    std::printf("\n");
   }
   const auto& params = model.parameters();
   const size_t own_begin = static_cast<size_t>(params[st.first_param()].offset);
@@ -322,7 +445,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   if (rank == 0) {
     for (int s = 1; s < f.stages; ++s) {
-      const Stage o = stage_of(s, f.stages);
+      const Stage& o = stages[static_cast<size_t>(s)];
       const size_t b = static_cast<size_t>(params[o.first_param()].offset);
       const size_t e = o.end_param() == params.size()
                            ? static_cast<size_t>(model.num_parameters())
