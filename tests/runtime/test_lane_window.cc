@@ -71,23 +71,36 @@ long switches_of(const std::string& name) {
 // thread ("hvd-background") sleeps at most 10 times during it (~6), where one look per window
 // slept about once a window (~20 times). One rank registers with HVD_SINGLE_RANK_INLINE=0 (the
 // inline path has no window).
+// Only a burst the machine let through counts. Where a rank's gap between two submissions outgrew
+// the window (a 0.1 ms sleep that woke > 2 ms later, on a loaded or oversubscribed machine, e.g.
+// under a sanitizer with other work beside it) and its burst then ran in pieces, the window closed
+// as it should, and every rank's background thread then waited for the others' cycles (in short
+// naps, each a sleep), which says nothing about its looks. Such bursts are run again, up to 60 in
+// all; with fewer than 3 whole bursts the test is skipped, saying so. A burst split with no such
+// gap on any rank still counts (and fails).
 TEST_F(LaneWindow, TheBackgroundThreadLooksAtABurstAFewTimes) {
   const char* window = std::getenv("HVD_FUSION_WINDOW");
   if (!window || std::string(window) != "2000")
     GTEST_SKIP() << "registered as test_lane_window.looks, with HVD_FUSION_WINDOW=2000";
   ASSERT_GE(switches_of("hvd-background"), 0) << "no thread named hvd-background";
   EXPECT_GE(switches_of("hvd-watchdog"), hvd::size() > 1 ? 0 : -1);
-  constexpr int kTensors = 300, kSteps = 8, kCounted = 5;
+  constexpr int kTensors = 300, kWarmup = 3, kCounted = 5, kMaxSteps = 60;
+  constexpr auto kWindow = std::chrono::milliseconds(2);
   constexpr int64_t kCount = 16;
   std::vector<std::vector<float>> t(kTensors, std::vector<float>(kCount));
-  int one_batch = 0, few = 0, wrong = 0;
+  int one_batch = 0, few = 0, wrong = 0, broken = 0, counted = 0;
   std::vector<long> looks;
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kMaxSteps; ++step) {
     const hvd::ops::FusionCopyCounts before = hvd::ops::fusion_copy_counts();
     std::vector<hvd::Handle> hs;
     long first = 0;
+    auto last = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::duration widest{};
     for (int j = 0; j < kTensors; ++j) {
       for (auto& x : t[j]) x = static_cast<float>(j + 1);
+      const auto now = std::chrono::steady_clock::now();
+      if (j > 0) widest = std::max(widest, now - last);
+      last = now;
       hs.push_back(hvd::allreduce_async(std::span<float>(t[j]), "lane_looks." + std::to_string(j),
                                         hvd::ReduceOp::kSum));
       if (j == 0) first = switches_of("hvd-background");  // (the first wakes the thread)
@@ -98,21 +111,39 @@ TEST_F(LaneWindow, TheBackgroundThreadLooksAtABurstAFewTimes) {
     const hvd::ops::FusionCopyCounts after = hvd::ops::fusion_copy_counts();
     for (int j = 0; j < kTensors; ++j)
       for (float x : t[j]) wrong += x != static_cast<float>((j + 1) * hvd::size());
-    if (step < kSteps - kCounted) continue;  // negotiation, lanes opening
+    // Every rank agrees on which bursts count (a burst broken on any rank is broken for all: its
+    // background thread waited for that rank), so that they count alike and stop together.
+    const bool split = after.batches - before.batches != 1;
+    int32_t broken_here = step >= kWarmup && split && widest > kWindow ? 1 : 0;
+    hvd::allreduce(hvd::TensorRef(&broken_here, hvd::DataType::kInt32, {1}), "lane_looks.broken",
+                   hvd::ReduceOp::kMax);
+    if (step < kWarmup) continue;  // negotiation, lanes opening
+    if (broken_here) {
+      ++broken;
+      continue;
+    }
     looks.push_back(sleeps);
-    one_batch += after.batches - before.batches == 1;
+    one_batch += !split;
     few += sleeps <= 10;
+    if (++counted == kCounted) break;
   }
   EXPECT_EQ(wrong, 0);
+  if (counted < 3)
+    GTEST_SKIP() << "the machine broke " << broken << " of " << broken + counted
+                 << " bursts (a gap between two submissions 0.1 ms apart outgrew the 2 ms window, "
+                 << "and the burst ran in pieces): too loaded to count the background thread's "
+                 << "looks";
   // A sleep may oversleep on a loaded machine (a gap over the window splits the burst, and the
-  // rest starts a window of its own): most steps. Looking once a window, no step has few sleeps.
-  EXPECT_GE(one_batch, kCounted - 2) << "of " << kCounted << " bursts of " << kTensors
-                                     << " cached tensors 0.1 ms apart under a 2 ms window, only "
-                                     << one_batch << " ran as one batch";
-  EXPECT_GE(few, kCounted - 2) << "the background thread slept more than 10 times during "
-                               << kCounted - few << " of " << kCounted
-                               << " bursts (looking once a window): "
-                               << testing::PrintToString(looks);
+  // rest starts a window of its own): most bursts. Looking once a window, no burst has few sleeps.
+  EXPECT_GE(one_batch, counted - 2)
+      << "of " << counted << " bursts of " << kTensors
+      << " cached tensors 0.1 ms apart under a 2 ms window, only " << one_batch
+      << " ran as one batch (" << broken << " broken bursts not counted)";
+  EXPECT_GE(few, counted - 2) << "the background thread slept more than 10 times during "
+                              << counted - few << " of " << counted
+                              << " bursts (looking once a window): "
+                              << testing::PrintToString(looks) << " (" << broken
+                              << " broken bursts not counted)";
 }
 
 }  // namespace
