@@ -191,23 +191,25 @@ std::vector<int> choose_split(const Flags& f, const std::vector<double>& cost) {
   }
   std::vector<int> counts;
   int total = 0;
-  for (size_t at = 0; at <= f.split.size();) {
+  bool numbers = true;
+  for (size_t at = 0; numbers && at <= f.split.size();) {
     size_t comma = f.split.find(',', at);
     if (comma == std::string::npos) comma = f.split.size();
     const std::string item = f.split.substr(at, comma - at);
     char* end = nullptr;
     const long n = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || n < 1 || n > kBlocks) counts.clear(), total = -1;
-    if (total < 0) break;
+    numbers = !item.empty() && *end == '\0' && n >= 1 && n <= kBlocks;
     counts.push_back(static_cast<int>(n));
     total += static_cast<int>(n);
     at = comma + 1;
   }
-  if (total != kBlocks || static_cast<int>(counts.size()) != f.stages)
+  if (!numbers || total != kBlocks || static_cast<int>(counts.size()) != f.stages)
     usage_error("--split '" + f.split + "' is not " + std::to_string(f.stages) +
                 " block counts adding up to the network's " + std::to_string(kBlocks) +
                 " blocks: pass cost, even, or counts such as " +
-                (f.stages == 2 ? std::string("2,1") : std::string("1,1,1")));
+                (f.stages == 1   ? "3"
+                 : f.stages == 2 ? "2,1"
+                                 : "1,1,1"));
   return counts;
 }
 
