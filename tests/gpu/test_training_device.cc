@@ -4,7 +4,8 @@
 // of device tensors (hvd::Checkpointer, save and save_async). The values are small multiples of
 // 1/8, so sums in any order are exact and the device and CPU results must be bitwise equal. Every
 // device call goes on a stream of the test's own (not the default stream). ctest runs it with 1
-// rank (NCCL) and with 2 ranks sharing one GPU (HVD_GPU_OPERATIONS=MPI); skipped without a device.
+// rank (NCCL), with 2 ranks sharing one GPU (HVD_GPU_OPERATIONS=MPI), and with 2 and 3 ranks
+// sharing it on NCCL (HVD_NCCL_SHARED_GPU=1); skipped without a device.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <unistd.h>

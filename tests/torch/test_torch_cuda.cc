@@ -1,8 +1,9 @@
 // hvd::torch on CUDA tensors (label gpu; built only against a CUDA build of LibTorch with hvd's GPU
 // path, e.g. pip's torch: docs/libtorch.md). ctest runs it with 1 rank on NCCL and with 2 ranks
 // sharing one GPU through host staging (HVD_GPU_OPERATIONS=MPI), each also with
-// HVD_ENABLE_ASYNC_COMPLETION=1. Every rank checks its own values, read back through the current
-// stream as PyTorch code would.
+// HVD_ENABLE_ASYNC_COMPLETION=1, and with 2 and 3 ranks sharing the GPU on NCCL
+// (HVD_NCCL_SHARED_GPU=1). Every rank checks its own values, read back through the current stream
+// as PyTorch code would.
 //   - allreduce (sum, average; in place and not) for every dtype NCCL and hvd share;
 //   - the tensor produced on a side stream (made current) long after the call would see it on the
 //     default stream, read back on that stream;
