@@ -106,11 +106,13 @@ void SharedServices::build_operations(ProcessSetState& world) {
   // NCCL communicators are collective: every rank must take the same decision.
   int shared = gpu_.shared ? 1 : 0;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_LOR, world.mpi().world()));
+  // NCCL's version and the host name matter only to ranks that may keep NCCL on a shared GPU.
+  const bool may_share = shared != 0 && config_.nccl_shared_gpu;
   char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  const cluster::NcclPlan nccl =
-      cluster::plan_nccl(config_.gpu_operations, config_.nccl_shared_gpu, gpu_, shared != 0,
-                         ops::GpuBackend::nccl_version(), process_env_lookup(), host, topo.rank);
+  if (may_share && gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  const cluster::NcclPlan nccl = cluster::plan_nccl(
+      config_.gpu_operations, config_.nccl_shared_gpu, gpu_, shared != 0,
+      may_share ? ops::GpuBackend::nccl_version() : 0, process_env_lookup(), host, topo.rank);
   // Before NCCL's first communicator: NCCL reads these when it first looks at the host.
   if (nccl.multi_rank_gpu) setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 0);
   if (!nccl.host_id.empty()) setenv("NCCL_HOSTID", nccl.host_id.c_str(), 1);

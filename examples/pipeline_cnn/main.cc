@@ -286,7 +286,8 @@ int main(int argc, char** argv) {
   if (size % f.stages != 0)
     usage_error(std::to_string(size) + " ranks do not make whole pipelines of " +
                 std::to_string(f.stages) + " stages: run a multiple of --stages ranks");
-  if (f.split != "cost") (void)choose_split(f, {});  // a bad --split fails before any work
+  // The deal, unless it is measured below: a bad --split fails here, before any work.
+  std::vector<int> deal = f.split == "cost" ? std::vector<int>{} : choose_split(f, {});
   const int pipelines = size / f.stages;
   const int pipeline = rank / f.stages;
   const int per_pipeline = f.global_batch / pipelines;
@@ -332,7 +333,8 @@ int main(int argc, char** argv) {
                    "pipeline.block_costs");
     model.zero_gradients();
   }
-  const std::vector<Stage> stages = stages_of(choose_split(f, cost));
+  if (deal.empty()) deal = choose_split(f, cost);
+  const std::vector<Stage> stages = stages_of(deal);
   const Stage st = stages[static_cast<size_t>(rank % f.stages)];
   if (rank == 0) {
     std::printf("split (%s):", f.split.c_str());
