@@ -80,9 +80,9 @@ long switches_of(const std::string& name) {
 // tensor, which runs without the fusion buffer: a burst ran in pieces when the buffer did not take
 // all its bytes in one batch. Such bursts are run again, up to 60 in all; with fewer than 3 whole
 // bursts the test is skipped, saying so. A burst split with no such gap on any rank still counts
-// (and fails). The thread is found once, before the bursts: looking it up among the process's
-// threads after a burst's first submission took over 2 ms under ASan on 3 ranks of 2 cores, a gap
-// that closed the window after the first tensor (docs/reliability.md).
+// (and fails). The thread is found once, before the bursts: looked up among the process's threads
+// right after a burst's first submission, it left a gap over the 2 ms window there under ASan on
+// 3 ranks of 2 cores, which closed the window after the first tensor (docs/reliability.md).
 TEST_F(LaneWindow, TheBackgroundThreadLooksAtABurstAFewTimes) {
   const char* window = std::getenv("HVD_FUSION_WINDOW");
   if (!window || std::string(window) != "2000")
