@@ -11,7 +11,9 @@
 //   - DistributedOptimizer on a CUDA model against the single-process update on the global batch;
 //   - hvd::torch::Checkpointer of a CUDA model and its Adam state, save and save_async (the file
 //     holds the values of the call even when a kernel changes them right after it), restored on
-//     the device.
+//     the device;
+//   - hvd::torch::GradScaler on CUDA gradients: a scaled step is the unscaled step bit for bit, an
+//     overflow on one rank is skipped by every rank and halves the scale alike.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -21,6 +23,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -215,6 +218,62 @@ TEST_F(TorchCuda, CheckpointerRoundTripsCudaModelAndAdamState) {
   }
   hvd::barrier();
   if (r() == 0) std::filesystem::remove_all(dir);
+}
+
+// The scaler's finite check runs on the gradients' device (one read back per step) and the ranks
+// agree through one all-reduce of the flag. Powers of two scale and unscale exactly, so the scaled
+// trainer's weights equal the unscaled one's bit for bit; the unscaled trainer sits out the step
+// that the scaled one skips.
+TEST_F(TorchCuda, GradScalerSkipsAnOverflowOnEveryRankAlike) {
+  const auto dev = device();
+  torch::nn::Sequential plain = make_model(dev), scaled = make_model(dev);
+  torch::optim::SGD plain_sgd(plain->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD scaled_sgd(scaled->parameters(), torch::optim::SGDOptions(0.1));
+  ht::DistributedOptimizer plain_opt(plain_sgd, plain->named_parameters(),
+                                     {.name_prefix = "scaler.plain."});
+  ht::DistributedOptimizer scaled_opt(scaled_sgd, scaled->named_parameters(),
+                                      {.name_prefix = "scaler.scaled."});
+  ht::GradScaler scaler({.initial_scale = 1024});
+  const int bad_rank = n() - 1;
+  auto weights = [](torch::nn::Sequential& m) {
+    std::vector<at::Tensor> out;
+    for (const auto& p : m->parameters()) out.push_back(p.detach().cpu());
+    return out;
+  };
+  for (int s = 0; s < 4; ++s) {
+    if (s != 1) {
+      plain_opt.zero_grad();
+      local_loss(plain, r(), s, 0).backward();
+      plain_opt.step();
+    }
+    const auto before = weights(scaled);
+    scaled_opt.zero_grad();
+    scaler.scale(local_loss(scaled, r(), s, 0)).backward();
+    scaled_opt.synchronize();  // the Inf after the all-reduce: on one rank only
+    if (s == 1 && r() == bad_rank) {
+      torch::NoGradGuard no_grad;
+      scaled->parameters()[0].mutable_grad().view(-1)[0] = std::numeric_limits<double>::infinity();
+    }
+    const bool stepped = scaler.step(scaled_opt);
+    scaler.update();
+    EXPECT_EQ(stepped, s != 1) << "step " << s << " on rank " << r();
+    if (s == 1) {
+      EXPECT_EQ(scaler.last_step().overflow_ranks, 1) << "rank " << r();
+      const auto after = weights(scaled);
+      for (std::size_t i = 0; i < after.size(); ++i)
+        EXPECT_TRUE(at::equal(before[i], after[i])) << "a skipped step changed parameter " << i;
+    }
+    const auto a = weights(plain), b = weights(scaled);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(scaled->parameters()[i].is_cuda()) << i;
+      EXPECT_TRUE(at::equal(a[i], b[i]))
+          << "step " << s << ", parameter " << i << " on rank " << r() << ": unscaled\n"
+          << a[i] << "\nscaled\n"
+          << b[i];
+    }
+  }
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+  EXPECT_EQ(scaler.skipped_steps(), 1);
 }
 
 }  // namespace
