@@ -1,11 +1,19 @@
 // gpu_allreduce_bench: hvd's allreduce of CUDA tensors against the raw library call it wraps, on
 // the same data, in one process (one run of mpirun), in the manner of examples/allreduce_bench.
 //
-//   mpirun -np N gpu_allreduce_bench [--baseline nccl|staged] [-b MIN] [-e MAX] [-f STEP]
+//   mpirun -np N gpu_allreduce_bench [--baseline nccl|nccl-streams|nccl-thread|staged]
+//       [-b MIN] [-e MAX] [-f STEP]
 //       [--tensors K] [-n iters] [-w warmup] [--vary VAR=v1,v2,...] [--csv FILE]
 //
 //   --baseline nccl    (default) K x ncclAllReduce on a communicator of our own, on our stream,
 //                      then cudaStreamSynchronize: what hvd's NCCL path wraps.
+//   --baseline nccl-streams  the same call in hvd's stream discipline, no thread: an event on our
+//                      stream that a second stream waits for, ncclAllReduce on the second stream,
+//                      an event there that our stream waits for, cudaStreamSynchronize of ours.
+//   --baseline nccl-thread   the same, with the second stream's work handed to another thread and
+//                      back: the caller sets a flag, a spinning thread records, waits, launches and
+//                      polls the done event (cudaEventQuery), then sets a flag the caller spins on
+//                      (no sleep on either side): hvd's hand-offs at their cheapest.
 //   --baseline staged  K x (cudaMemcpy D2H to pinned memory, MPI_Allreduce in place, cudaMemcpy
 //                      H2D): what HVD_GPU_OPERATIONS=MPI (host staging) does; run this with the
 //                      environment variable HVD_GPU_OPERATIONS=MPI (e.g. 2 ranks on one GPU).
@@ -30,6 +38,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +47,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <hvd/hvd.h>
@@ -69,8 +79,10 @@ Options parse(int argc, char** argv) {
   while (a.next()) {
     if (a.is("--baseline")) {
       o.baseline = a.value();
-      if (o.baseline != "nccl" && o.baseline != "staged")
-        throw gpubench::UsageError("--baseline '" + o.baseline + "': use nccl or staged");
+      if (o.baseline != "nccl" && o.baseline != "nccl-streams" && o.baseline != "nccl-thread" &&
+          o.baseline != "staged")
+        throw gpubench::UsageError("--baseline '" + o.baseline +
+                                   "': use nccl, nccl-streams, nccl-thread or staged");
     } else if (a.is("-b", "--minbytes")) {
       o.min_bytes = gpubench::parse_size(a.flag(), a.value(), 4, int64_t{8} << 30);
     } else if (a.is("-e", "--maxbytes")) {
@@ -188,12 +200,74 @@ double time_loop(const Options& o, Once&& once, Barrier&& barrier) {
   return (now_us() - t0) / o.iters;
 }
 
+// --baseline nccl-streams / nccl-thread: the raw calls in hvd's stream discipline (an event on the
+// caller's stream that hvd's stream waits for, the work on hvd's stream, an event there that the
+// caller's stream waits for), launched by the caller or by a spinning thread that also polls the
+// done event before it hands back, as hvd's background and finalizer threads do.
+template <class Barrier>
+double time_streams(const Options& o, const Tensors& t, ncclComm_t comm, cudaStream_t s,
+                    bool threaded, Barrier&& barrier) {
+  cudaStream_t side;
+  cudaEvent_t ready, done;
+  check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
+  check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+  auto launch = [&] {
+    check(cudaStreamWaitEvent(side, ready, 0), "cudaStreamWaitEvent");
+    for (int j = 0; j < t.k(); ++j)
+      check_nccl(ncclAllReduce(t.in(j), t.out(j), static_cast<size_t>(t.count()), ncclFloat,
+                               ncclSum, comm, side),
+                 "ncclAllReduce");
+    check(cudaEventRecord(done, side), "cudaEventRecord");
+  };
+  std::atomic<int> asked{0}, answered{0};
+  std::atomic<bool> stop{false};
+  std::thread worker;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  if (threaded)
+    worker = std::thread([&] {
+      check(cudaSetDevice(device), "cudaSetDevice");
+      int seen = 0;
+      while (!stop.load(std::memory_order_acquire)) {
+        if (asked.load(std::memory_order_acquire) == seen) continue;
+        ++seen;
+        launch();
+        while (cudaEventQuery(done) == cudaErrorNotReady) {
+        }
+        answered.store(seen, std::memory_order_release);
+      }
+    });
+  int n = 0;
+  const double us = time_loop(
+      o,
+      [&] {
+        check(cudaEventRecord(ready, s), "cudaEventRecord");
+        if (threaded) {
+          asked.store(++n, std::memory_order_release);
+          while (answered.load(std::memory_order_acquire) != n) {
+          }
+        } else {
+          launch();
+        }
+        check(cudaStreamWaitEvent(s, done, 0), "cudaStreamWaitEvent");
+        check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+      },
+      barrier);
+  stop.store(true, std::memory_order_release);
+  if (worker.joinable()) worker.join();
+  cudaEventDestroy(done);
+  cudaEventDestroy(ready);
+  cudaStreamDestroy(side);
+  return us;
+}
+
 // Phase 1.
 std::vector<Measure> run_baseline(const Options& o, const std::vector<int64_t>& sizes, int rank,
                                   int nranks, cudaStream_t s) {
   std::vector<Measure> out;
   ncclComm_t comm = nullptr;
-  if (o.baseline == "nccl") {
+  if (o.baseline.rfind("nccl", 0) == 0) {
     ncclUniqueId id;
     if (rank == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -203,7 +277,7 @@ std::vector<Measure> run_baseline(const Options& o, const std::vector<int64_t>& 
   for (int64_t bytes : sizes) {
     Tensors t(o.tensors, bytes / 4, rank);
     Measure m;
-    if (comm) {
+    if (comm && o.baseline == "nccl") {
       m.us = time_loop(
           o,
           [&] {
@@ -214,6 +288,8 @@ std::vector<Measure> run_baseline(const Options& o, const std::vector<int64_t>& 
             check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
           },
           barrier);
+    } else if (comm) {
+      m.us = time_streams(o, t, comm, s, o.baseline == "nccl-thread", barrier);
     } else {
       float* pinned = nullptr;
       check(cudaMallocHost(reinterpret_cast<void**>(&pinned),
@@ -334,8 +410,11 @@ int run(const Options& o, int rank, int nranks) {
         "iters %d, "
         "warmup %d\n# environment:",
         hvd::version_string(), nccl_version, mv.c_str(), nranks,
-        o.baseline == "nccl" ? "raw ncclAllReduce + cudaStreamSynchronize"
-                             : "raw D2H + MPI_Allreduce + H2D (pinned)",
+        o.baseline == "nccl"           ? "raw ncclAllReduce + cudaStreamSynchronize"
+        : o.baseline == "nccl-streams" ? "raw ncclAllReduce on a second stream, events both ways"
+        : o.baseline == "nccl-thread"
+            ? "raw ncclAllReduce on a second stream, launched and polled by a spinning thread"
+            : "raw D2H + MPI_Allreduce + H2D (pinned)",
         o.tensors, o.iters, o.warmup);
     for (const char* var :
          {"HVD_GPU_OPERATIONS", "HVD_CYCLE_TIME", "HVD_FUSION_THRESHOLD", "HVD_CACHE_CAPACITY",
