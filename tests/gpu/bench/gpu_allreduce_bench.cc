@@ -233,8 +233,7 @@ double time_streams(const Options& o, const Tensors& t, ncclComm_t comm, cudaStr
         if (asked.load(std::memory_order_acquire) == seen) continue;
         ++seen;
         launch();
-        while (cudaEventQuery(done) == cudaErrorNotReady) {
-        }
+        while (cudaEventQuery(done) == cudaErrorNotReady) {}
         answered.store(seen, std::memory_order_release);
       }
     });
@@ -245,8 +244,7 @@ double time_streams(const Options& o, const Tensors& t, ncclComm_t comm, cudaStr
         check(cudaEventRecord(ready, s), "cudaEventRecord");
         if (threaded) {
           asked.store(++n, std::memory_order_release);
-          while (answered.load(std::memory_order_acquire) != n) {
-          }
+          while (answered.load(std::memory_order_acquire) != n) {}
         } else {
           launch();
         }
