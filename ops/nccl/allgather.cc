@@ -33,15 +33,15 @@ void NcclAllgather::execute(OpBatch& batch) {
     const void* in = on_device(e.input, ctx_.cuda().scratch());
     char* gathered =
         static_cast<char*>(ctx_.cuda().fusion_buffer().get(static_cast<size_t>(total), s));
+    ncclComm_t comm = ctx_.world();  // before the group (nccl_context.h)
     if (equal) {
-      NCCL_CHECK(
-          ncclAllGather(in, gathered, static_cast<size_t>(bytes[0]), ncclUint8, ctx_.world(), s));
+      NCCL_CHECK(ncclAllGather(in, gathered, static_cast<size_t>(bytes[0]), ncclUint8, comm, s));
     } else {
       NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < size; ++r) {
         if (bytes[r] == 0) continue;
         NCCL_CHECK(ncclBroadcast(r == me ? in : nullptr, gathered + displs[r],
-                                 static_cast<size_t>(bytes[r]), ncclUint8, r, ctx_.world(), s));
+                                 static_cast<size_t>(bytes[r]), ncclUint8, r, comm, s));
       }
       NCCL_CHECK(ncclGroupEnd());
     }

@@ -26,14 +26,13 @@ void NcclAlltoall::execute(OpBatch& batch) {
   const char* in = static_cast<const char*>(on_device(e.input, ctx_.cuda().scratch()));
   char* recv = static_cast<char*>(
       ctx_.cuda().fusion_buffer().get(static_cast<size_t>(recv_total > 0 ? recv_total : 1), s));
+  ncclComm_t comm = ctx_.world();  // before the group (nccl_context.h)
   NCCL_CHECK(ncclGroupStart());
   int64_t soff = 0, roff = 0;
   for (int r = 0; r < size; ++r) {
     const int64_t sb = e.splits.at(r) * row, rb = recv_rows[r] * row;
-    if (sb > 0)
-      NCCL_CHECK(ncclSend(in + soff, static_cast<size_t>(sb), ncclUint8, r, ctx_.world(), s));
-    if (rb > 0)
-      NCCL_CHECK(ncclRecv(recv + roff, static_cast<size_t>(rb), ncclUint8, r, ctx_.world(), s));
+    if (sb > 0) NCCL_CHECK(ncclSend(in + soff, static_cast<size_t>(sb), ncclUint8, r, comm, s));
+    if (rb > 0) NCCL_CHECK(ncclRecv(recv + roff, static_cast<size_t>(rb), ncclUint8, r, comm, s));
     soff += sb;
     roff += rb;
   }

@@ -14,6 +14,7 @@ void NcclBroadcast::execute(OpBatch& batch) {
     throw InternalError(
         "broadcast of '" + batch.entries[0].name +
         "' failed: a fused broadcast mixes host and device tensors; please report this.");
+  ncclComm_t comm = ctx_.world();  // before the group (nccl_context.h)
   NCCL_CHECK(ncclGroupStart());
   void* staged = nullptr;
   for (auto& e : batch.entries) {
@@ -22,7 +23,7 @@ void NcclBroadcast::execute(OpBatch& batch) {
     void* p = e.output.data();
     if (e.output.device().kind != Device::kCUDA)
       p = staged = const_cast<void*>(on_device(e.output, ctx_.cuda().scratch()));
-    NCCL_CHECK(ncclBroadcast(p, p, bytes, ncclUint8, batch.root, ctx_.world(), s));
+    NCCL_CHECK(ncclBroadcast(p, p, bytes, ncclUint8, batch.root, comm, s));
   }
   NCCL_CHECK(ncclGroupEnd());
   if (staged)

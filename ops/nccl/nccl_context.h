@@ -50,6 +50,11 @@ class NcclContext {
   NcclContext(const NcclContext&) = delete;
   NcclContext& operator=(const NcclContext&) = delete;
 
+  // Each communicator is created on its first use, collectively, and that first use must come
+  // before any ncclGroupStart(): ncclCommInitRank inside a group is deferred to the group's end,
+  // so the group's calls would meet a communicator that has no ranks yet (NCCL: "invalid root 0
+  // (root should be in the 0..0 range)", or a crash). An op that groups its calls takes the
+  // communicator first.
   ncclComm_t world() { return get(world_, mpi_.world(), "world"); }
   ncclComm_t local() { return get(local_, mpi_.local(), "local"); }
   ncclComm_t cross() { return get(cross_, mpi_.cross(), "cross"); }

@@ -45,15 +45,15 @@ void NcclReducescatter::execute(OpBatch& batch) {
         cu.fusion_buffer().get(static_cast<size_t>(std::max<int64_t>(counts[me], 1) * esize), s));
     const ncclDataType_t t = nccl_type(batch.dtype);
     const ncclRedOp_t op = nccl_op(batch.reduce_op);
+    ncclComm_t comm = ctx_.world();  // before the group (nccl_context.h)
     if (equal) {
-      NCCL_CHECK(
-          ncclReduceScatter(send, block, static_cast<size_t>(counts[0]), t, op, ctx_.world(), s));
+      NCCL_CHECK(ncclReduceScatter(send, block, static_cast<size_t>(counts[0]), t, op, comm, s));
     } else {
       NCCL_CHECK(ncclGroupStart());
       for (int r = 0; r < size; ++r) {
         if (counts[r] == 0) continue;
         NCCL_CHECK(ncclReduce(send + offsets[r] * esize, r == me ? block : nullptr,
-                              static_cast<size_t>(counts[r]), t, op, r, ctx_.world(), s));
+                              static_cast<size_t>(counts[r]), t, op, r, comm, s));
       }
       NCCL_CHECK(ncclGroupEnd());
     }
