@@ -9,6 +9,7 @@
 //     default stream, read back on that stream;
 //   - allgather, broadcast, alltoall, reducescatter: results on the input's device;
 //   - DistributedOptimizer on a CUDA model against the single-process update on the global batch;
+//   - broadcast_parameters and broadcast_optimizer_state of a CUDA model and its Adam state;
 //   - hvd::torch::Checkpointer of a CUDA model and its Adam state, save and save_async (the file
 //     holds the values of the call even when a kernel changes them right after it), restored on
 //     the device;
@@ -157,6 +158,42 @@ TEST_F(TorchCuda, DistributedOptimizerMatchesTheGlobalBatch) {
           << a[i].value().cpu() << "\nreference\n"
           << b[i].value().cpu();
     }
+  }
+}
+
+// broadcast_parameters and broadcast_optimizer_state of a CUDA model and its Adam state: every
+// rank ends with rank 0's values, on the device. (The Checkpointer test below starts the same way:
+// apart, a failure in either is placed.)
+TEST_F(TorchCuda, BroadcastsACudaModelAndItsAdamState) {
+  const auto dev = device();
+  torch::manual_seed(5 + r());  // other weights on every rank
+  torch::nn::Linear model(4, 3);
+  model->to(dev);
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+  for (int s = 0; s < 2; ++s) {
+    adam.zero_grad();
+    (model->forward(torch::ones({2, 4}, torch::TensorOptions(dev))) * (r() + 1)).sum().backward();
+    adam.step();
+  }
+  ht::broadcast_parameters(model->named_parameters(), 0);
+  ht::broadcast_optimizer_state(adam, 0);
+  std::vector<std::pair<std::string, at::Tensor>> all;
+  for (const auto& item : model->named_parameters()) {
+    all.emplace_back(item.key(), item.value().detach());
+    auto it = adam.state().find(ht::internal::state_key(item.value()));
+    ASSERT_NE(it, adam.state().end()) << item.key();
+    auto* st = dynamic_cast<torch::optim::AdamParamState*>(it->second.get());
+    ASSERT_NE(st, nullptr);
+    EXPECT_EQ(st->step(), 2);
+    all.emplace_back(item.key() + ".exp_avg", st->exp_avg());
+    all.emplace_back(item.key() + ".exp_avg_sq", st->exp_avg_sq());
+  }
+  for (const auto& [name, t] : all) {
+    EXPECT_TRUE(t.is_cuda()) << name;
+    const at::Tensor hi = ht::allreduce(t, "bcast.check.max." + name, hvd::ReduceOp::kMax);
+    const at::Tensor lo = ht::allreduce(t, "bcast.check.min." + name, hvd::ReduceOp::kMin);
+    EXPECT_TRUE(at::equal(hi.cpu(), t.cpu()) && at::equal(lo.cpu(), t.cpu()))
+        << name << " differs between the ranks after the broadcast (rank " << r() << ")";
   }
 }
 
