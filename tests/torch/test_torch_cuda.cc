@@ -10,9 +10,9 @@
 //   - allgather, broadcast, alltoall, reducescatter: results on the input's device;
 //   - DistributedOptimizer on a CUDA model against the single-process update on the global batch;
 //   - broadcast_parameters and broadcast_optimizer_state of a CUDA model and its Adam state;
-//   - hvd::torch::Checkpointer of a CUDA model and its Adam state, save and save_async (the file
-//     holds the values of the call even when a kernel changes them right after it), restored on
-//     the device;
+//   - hvd::torch::Checkpointer of a CUDA model and its Adam state: save and save_async (the file
+//     holds the values of the call even when a kernel changes them right after it) read back on
+//     the CPU, and a CPU model's checkpoint restored on the device;
 //   - hvd::torch::GradScaler on CUDA gradients: a scaled step is the unscaled step bit for bit, an
 //     overflow on one rank is skipped by every rank and halves the scale alike.
 #include <ATen/ATen.h>
@@ -162,8 +162,8 @@ TEST_F(TorchCuda, DistributedOptimizerMatchesTheGlobalBatch) {
 }
 
 // broadcast_parameters and broadcast_optimizer_state of a CUDA model and its Adam state: every
-// rank ends with rank 0's values, on the device. (The Checkpointer test below starts the same way:
-// apart, a failure in either is placed.)
+// rank ends with rank 0's values, on the device. (Kept apart from the Checkpointer tests below,
+// which train the same model, so that a failure is placed.)
 TEST_F(TorchCuda, BroadcastsACudaModelAndItsAdamState) {
   const auto dev = device();
   torch::manual_seed(5 + r());  // other weights on every rank
@@ -197,64 +197,128 @@ TEST_F(TorchCuda, BroadcastsACudaModelAndItsAdamState) {
   }
 }
 
-// The Checkpointer takes the CUDA tensors as they are (hvd built with CUDA stages them through
-// pinned memory after the current stream's work); save_async returns once they are copied, so the
-// in-place change queued right after it on the same stream never reaches the file.
-TEST_F(TorchCuda, CheckpointerRoundTripsCudaModelAndAdamState) {
-  const auto dev = device();
-  at::Tensor pid =
-      ht::broadcast(at::full({1}, static_cast<int64_t>(getpid()), at::kLong), 0, "ckpt.pid.cuda");
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           ("hvd-torch-ckpt-cuda-" + std::to_string(pid.item<int64_t>())))
-                              .string();
-  for (bool async : {false, true}) {
-    torch::manual_seed(5);
-    torch::nn::Linear model(4, 3);
-    model->to(dev);
-    torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
+// hvd::torch::Checkpointer and CUDA tensors, in three tests so that a failure is placed: a save and
+// a save_async of a CUDA model (hvd built with CUDA stages the tensors through pinned memory after
+// the current stream's work; save_async returns once they are copied, so an in-place change queued
+// right after it never reaches the file), each read back into a CPU model (the CPU path, which
+// test_torch checks), and a restore into a CUDA model of what a CPU model saved.
+
+// Linear(4, 3) and its Adam after two steps on `dev`, the same on every rank.
+struct AdamModel {
+  explicit AdamModel(const at::Device& dev, double lr = 0.01)
+      : model(placed(torch::nn::Linear(4, 3), dev)),
+        adam(model->parameters(), torch::optim::AdamOptions(lr)) {}
+  static torch::nn::Linear placed(torch::nn::Linear m, const at::Device& dev) {
+    m->to(dev);
+    return m;
+  }
+  void train(const at::Device& dev) {
     for (int s = 0; s < 2; ++s) {
       adam.zero_grad();
       model->forward(torch::ones({2, 4}, torch::TensorOptions(dev))).sum().backward();
       adam.step();
     }
-    ht::broadcast_parameters(model->named_parameters(), 0);
-    ht::broadcast_optimizer_state(adam, 0);
-    std::vector<at::Tensor> want;
-    for (const auto& p : model->parameters()) want.push_back(p.detach().cpu());
-    ht::Checkpointer ckpt(dir);
-    const int64_t step = async ? 8 : 7;
-    if (async) {
-      ckpt.save_async(step, model, adam);
-      torch::NoGradGuard no_grad;
-      for (auto& p : model->parameters()) p.add_(100.0);  // queued at once, on the same stream
-      ckpt.wait();
-    } else {
-      ckpt.save(step, model, adam);
-    }
-    torch::manual_seed(900 + r());
-    torch::nn::Linear fresh(4, 3);
-    fresh->to(dev);
-    torch::optim::Adam fresh_adam(fresh->parameters(), torch::optim::AdamOptions(0.5));
-    EXPECT_EQ(ckpt.restore_latest(fresh, fresh_adam), std::optional<int64_t>(step));
-    auto got = fresh->parameters();
-    ASSERT_EQ(got.size(), want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      EXPECT_TRUE(got[i].is_cuda()) << i;
-      EXPECT_TRUE(at::equal(got[i].cpu(), want[i]))
-          << (async ? "save_async" : "save") << ", parameter " << i << " on rank " << r();
-    }
-    for (const auto& group : fresh_adam.param_groups())
-      for (const auto& p : group.params()) {
-        auto it = fresh_adam.state().find(ht::internal::state_key(p));
-        ASSERT_NE(it, fresh_adam.state().end());
-        auto* st = dynamic_cast<torch::optim::AdamParamState*>(it->second.get());
-        ASSERT_NE(st, nullptr);
-        EXPECT_TRUE(st->exp_avg().is_cuda());
-        EXPECT_EQ(st->step(), 2);
-      }
   }
-  hvd::barrier();
-  if (r() == 0) std::filesystem::remove_all(dir);
+  std::vector<at::Tensor> on_cpu() {
+    std::vector<at::Tensor> v;
+    for (const auto& p : model->parameters()) v.push_back(p.detach().cpu());
+    for (const auto& p : model->parameters()) {
+      auto it = adam.state().find(ht::internal::state_key(p));
+      if (it == adam.state().end()) continue;
+      auto* st = dynamic_cast<torch::optim::AdamParamState*>(it->second.get());
+      v.push_back(st->exp_avg().cpu());
+      v.push_back(st->exp_avg_sq().cpu());
+    }
+    return v;
+  }
+  void expect_state(bool cuda, int64_t step, const char* what) {
+    for (const auto& p : model->parameters()) {
+      EXPECT_EQ(p.is_cuda(), cuda) << what;
+      auto it = adam.state().find(ht::internal::state_key(p));
+      ASSERT_NE(it, adam.state().end()) << what;
+      auto* st = dynamic_cast<torch::optim::AdamParamState*>(it->second.get());
+      ASSERT_NE(st, nullptr) << what;
+      EXPECT_EQ(st->exp_avg().is_cuda(), cuda) << what;
+      EXPECT_EQ(st->step(), step) << what;
+    }
+  }
+  torch::nn::Linear model;
+  torch::optim::Adam adam;
+};
+
+// A directory for every rank (rank 0's pid), removed by the destructor after a barrier.
+struct CheckpointDir {
+  explicit CheckpointDir(const std::string& name) {
+    at::Tensor pid = ht::broadcast(at::full({1}, static_cast<int64_t>(getpid()), at::kLong), 0,
+                                   "ckpt.pid." + name);
+    path = (std::filesystem::temp_directory_path() /
+            ("hvd-torch-ckpt-" + name + "-" + std::to_string(pid.item<int64_t>())))
+               .string();
+  }
+  ~CheckpointDir() {
+    hvd::barrier();
+    if (r() == 0) std::filesystem::remove_all(path);
+  }
+  std::string path;
+};
+
+void expect_same(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                 const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(at::equal(got[i], want[i])) << what << ": tensor " << i << " on rank " << r();
+}
+
+TEST_F(TorchCuda, CheckpointerSavesACudaModelAndAdamState) {
+  const auto dev = device();
+  CheckpointDir dir("save");
+  torch::manual_seed(5);
+  AdamModel m(dev);
+  m.train(dev);
+  const std::vector<at::Tensor> want = m.on_cpu();
+  ht::Checkpointer ckpt(dir.path);
+  ckpt.save(7, m.model, m.adam);
+  torch::manual_seed(900 + r());
+  AdamModel back(at::kCPU, 0.5);
+  EXPECT_EQ(ckpt.restore_latest(back.model, back.adam), std::optional<int64_t>(7));
+  back.expect_state(false, 2, "read back on the CPU");
+  expect_same(back.on_cpu(), want, "save of a CUDA model, read back on the CPU");
+}
+
+TEST_F(TorchCuda, CheckpointerSaveAsyncCopiesTheCudaTensorsBeforeItReturns) {
+  const auto dev = device();
+  CheckpointDir dir("save_async");
+  torch::manual_seed(5);
+  AdamModel m(dev);
+  m.train(dev);
+  const std::vector<at::Tensor> want = m.on_cpu();
+  ht::Checkpointer ckpt(dir.path);
+  ckpt.save_async(8, m.model, m.adam);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : m.model->parameters()) p.add_(100.0);  // queued at once, on the same stream
+  }
+  ckpt.wait();
+  torch::manual_seed(900 + r());
+  AdamModel back(at::kCPU, 0.5);
+  EXPECT_EQ(ckpt.restore_latest(back.model, back.adam), std::optional<int64_t>(8));
+  expect_same(back.on_cpu(), want, "save_async of a CUDA model, read back on the CPU");
+}
+
+TEST_F(TorchCuda, CheckpointerRestoresIntoACudaModelAndAdamState) {
+  const auto dev = device();
+  CheckpointDir dir("restore");
+  torch::manual_seed(5);
+  AdamModel m(at::kCPU);
+  m.train(at::kCPU);
+  const std::vector<at::Tensor> want = m.on_cpu();
+  ht::Checkpointer ckpt(dir.path);
+  ckpt.save(9, m.model, m.adam);
+  torch::manual_seed(900 + r());
+  AdamModel back(dev, 0.5);
+  EXPECT_EQ(ckpt.restore_latest(back.model, back.adam), std::optional<int64_t>(9));
+  back.expect_state(true, 2, "restored on the device");
+  expect_same(back.on_cpu(), want, "a CPU model's checkpoint restored into a CUDA model");
 }
 
 // The scaler's finite check runs on the gradients' device (one read back per step) and the ranks
