@@ -25,6 +25,7 @@
 
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -269,53 +270,56 @@ void expect_same(const std::vector<at::Tensor>& got, const std::vector<at::Tenso
     EXPECT_TRUE(at::equal(got[i], want[i])) << what << ": tensor " << i << " on rank " << r();
 }
 
-TEST_F(TorchCuda, CheckpointerSavesACudaModelAndAdamState) {
-  const auto dev = device();
-  CheckpointDir dir("save");
+// Model and Adam trained on `dev` (the same on every rank); `want` gets their values on the CPU.
+std::unique_ptr<AdamModel> trained(const at::Device& dev, std::vector<at::Tensor>* want) {
   torch::manual_seed(5);
-  AdamModel m(dev);
-  m.train(dev);
-  const std::vector<at::Tensor> want = m.on_cpu();
-  ht::Checkpointer ckpt(dir.path);
-  ckpt.save(7, m.model, m.adam);
+  auto m = std::make_unique<AdamModel>(dev);
+  m->train(dev);
+  *want = m->on_cpu();
+  return m;
+}
+
+// A CPU model of other values on every rank, restored from `ckpt`: step `step`, values `want`.
+void expect_restored_on_cpu(ht::Checkpointer& ckpt, int64_t step,
+                            const std::vector<at::Tensor>& want, const char* what) {
   torch::manual_seed(900 + r());
   AdamModel back(at::kCPU, 0.5);
-  EXPECT_EQ(ckpt.restore_latest(back.model, back.adam), std::optional<int64_t>(7));
-  back.expect_state(false, 2, "read back on the CPU");
-  expect_same(back.on_cpu(), want, "save of a CUDA model, read back on the CPU");
+  EXPECT_EQ(ckpt.restore_latest(back.model, back.adam), std::optional<int64_t>(step)) << what;
+  back.expect_state(false, 2, what);
+  expect_same(back.on_cpu(), want, what);
+}
+
+TEST_F(TorchCuda, CheckpointerSavesACudaModelAndAdamState) {
+  CheckpointDir dir("save");
+  std::vector<at::Tensor> want;
+  auto m = trained(device(), &want);
+  ht::Checkpointer ckpt(dir.path);
+  ckpt.save(7, m->model, m->adam);
+  expect_restored_on_cpu(ckpt, 7, want, "save of a CUDA model, read back on the CPU");
 }
 
 TEST_F(TorchCuda, CheckpointerSaveAsyncCopiesTheCudaTensorsBeforeItReturns) {
-  const auto dev = device();
   CheckpointDir dir("save_async");
-  torch::manual_seed(5);
-  AdamModel m(dev);
-  m.train(dev);
-  const std::vector<at::Tensor> want = m.on_cpu();
+  std::vector<at::Tensor> want;
+  auto m = trained(device(), &want);
   ht::Checkpointer ckpt(dir.path);
-  ckpt.save_async(8, m.model, m.adam);
+  ckpt.save_async(8, m->model, m->adam);
   {
     torch::NoGradGuard no_grad;
-    for (auto& p : m.model->parameters()) p.add_(100.0);  // queued at once, on the same stream
+    for (auto& p : m->model->parameters()) p.add_(100.0);  // queued at once, on the same stream
   }
   ckpt.wait();
-  torch::manual_seed(900 + r());
-  AdamModel back(at::kCPU, 0.5);
-  EXPECT_EQ(ckpt.restore_latest(back.model, back.adam), std::optional<int64_t>(8));
-  expect_same(back.on_cpu(), want, "save_async of a CUDA model, read back on the CPU");
+  expect_restored_on_cpu(ckpt, 8, want, "save_async of a CUDA model, read back on the CPU");
 }
 
 TEST_F(TorchCuda, CheckpointerRestoresIntoACudaModelAndAdamState) {
-  const auto dev = device();
   CheckpointDir dir("restore");
-  torch::manual_seed(5);
-  AdamModel m(at::kCPU);
-  m.train(at::kCPU);
-  const std::vector<at::Tensor> want = m.on_cpu();
+  std::vector<at::Tensor> want;
+  auto m = trained(at::kCPU, &want);
   ht::Checkpointer ckpt(dir.path);
-  ckpt.save(9, m.model, m.adam);
+  ckpt.save(9, m->model, m->adam);
   torch::manual_seed(900 + r());
-  AdamModel back(dev, 0.5);
+  AdamModel back(device(), 0.5);
   EXPECT_EQ(ckpt.restore_latest(back.model, back.adam), std::optional<int64_t>(9));
   back.expect_state(true, 2, "restored on the device");
   expect_same(back.on_cpu(), want, "a CPU model's checkpoint restored into a CUDA model");
