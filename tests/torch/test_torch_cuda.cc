@@ -162,49 +162,7 @@ TEST_F(TorchCuda, DistributedOptimizerMatchesTheGlobalBatch) {
   }
 }
 
-// broadcast_parameters and broadcast_optimizer_state of a CUDA model and its Adam state: every
-// rank ends with rank 0's values, on the device. (Kept apart from the Checkpointer tests below,
-// which train the same model, so that a failure is placed.)
-TEST_F(TorchCuda, BroadcastsACudaModelAndItsAdamState) {
-  const auto dev = device();
-  torch::manual_seed(5 + r());  // other weights on every rank
-  torch::nn::Linear model(4, 3);
-  model->to(dev);
-  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.01));
-  for (int s = 0; s < 2; ++s) {
-    adam.zero_grad();
-    (model->forward(torch::ones({2, 4}, torch::TensorOptions(dev))) * (r() + 1)).sum().backward();
-    adam.step();
-  }
-  ht::broadcast_parameters(model->named_parameters(), 0);
-  ht::broadcast_optimizer_state(adam, 0);
-  std::vector<std::pair<std::string, at::Tensor>> all;
-  for (const auto& item : model->named_parameters()) {
-    all.emplace_back(item.key(), item.value().detach());
-    auto it = adam.state().find(ht::internal::state_key(item.value()));
-    ASSERT_NE(it, adam.state().end()) << item.key();
-    auto* st = dynamic_cast<torch::optim::AdamParamState*>(it->second.get());
-    ASSERT_NE(st, nullptr);
-    EXPECT_EQ(st->step(), 2);
-    all.emplace_back(item.key() + ".exp_avg", st->exp_avg());
-    all.emplace_back(item.key() + ".exp_avg_sq", st->exp_avg_sq());
-  }
-  for (const auto& [name, t] : all) {
-    EXPECT_TRUE(t.is_cuda()) << name;
-    const at::Tensor hi = ht::allreduce(t, "bcast.check.max." + name, hvd::ReduceOp::kMax);
-    const at::Tensor lo = ht::allreduce(t, "bcast.check.min." + name, hvd::ReduceOp::kMin);
-    EXPECT_TRUE(at::equal(hi.cpu(), t.cpu()) && at::equal(lo.cpu(), t.cpu()))
-        << name << " differs between the ranks after the broadcast (rank " << r() << ")";
-  }
-}
-
-// hvd::torch::Checkpointer and CUDA tensors, in three tests so that a failure is placed: a save and
-// a save_async of a CUDA model (hvd built with CUDA stages the tensors through pinned memory after
-// the current stream's work; save_async returns once they are copied, so an in-place change queued
-// right after it never reaches the file), each read back into a CPU model (the CPU path, which
-// test_torch checks), and a restore into a CUDA model of what a CPU model saved.
-
-// Linear(4, 3) and its Adam after two steps on `dev`, the same on every rank.
+// Linear(4, 3) and its Adam after two steps on `dev`.
 struct AdamModel {
   explicit AdamModel(const at::Device& dev, double lr = 0.01)
       : model(placed(torch::nn::Linear(4, 3), dev)),
@@ -213,39 +171,67 @@ struct AdamModel {
     m->to(dev);
     return m;
   }
-  void train(const at::Device& dev) {
+  // Two steps on a loss scaled by `factor`.
+  void train(const at::Device& dev, double factor = 1.0) {
     for (int s = 0; s < 2; ++s) {
       adam.zero_grad();
-      model->forward(torch::ones({2, 4}, torch::TensorOptions(dev))).sum().backward();
+      (model->forward(torch::ones({2, 4}, torch::TensorOptions(dev))) * factor).sum().backward();
       adam.step();
     }
   }
+  // The parameters, then each one's exp_avg and exp_avg_sq (state_of), where they live.
+  std::vector<at::Tensor> tensors() {
+    std::vector<at::Tensor> v;
+    for (const auto& p : model->parameters()) v.push_back(p.detach());
+    for (const auto& t : state_of(adam, {"exp_avg", "exp_avg_sq"})) v.push_back(t);
+    return v;
+  }
   std::vector<at::Tensor> on_cpu() {
     std::vector<at::Tensor> v;
-    for (const auto& p : model->parameters()) v.push_back(p.detach().cpu());
-    for (const auto& p : model->parameters()) {
-      auto it = adam.state().find(ht::internal::state_key(p));
-      if (it == adam.state().end()) continue;
-      auto* st = dynamic_cast<torch::optim::AdamParamState*>(it->second.get());
-      v.push_back(st->exp_avg().cpu());
-      v.push_back(st->exp_avg_sq().cpu());
-    }
+    for (const auto& t : tensors()) v.push_back(t.cpu());
     return v;
   }
   void expect_state(bool cuda, int64_t step, const char* what) {
-    for (const auto& p : model->parameters()) {
-      EXPECT_EQ(p.is_cuda(), cuda) << what;
-      auto it = adam.state().find(ht::internal::state_key(p));
-      ASSERT_NE(it, adam.state().end()) << what;
-      auto* st = dynamic_cast<torch::optim::AdamParamState*>(it->second.get());
-      ASSERT_NE(st, nullptr) << what;
-      EXPECT_EQ(st->exp_avg().is_cuda(), cuda) << what;
-      EXPECT_EQ(st->step(), step) << what;
+    for (const auto& p : model->parameters()) EXPECT_EQ(p.is_cuda(), cuda) << what;
+    const std::vector<at::Tensor> st = state_of(adam, {"exp_avg", "step"});
+    ASSERT_EQ(st.size(), 2 * model->parameters().size()) << what << ": a parameter has no state";
+    for (std::size_t i = 0; i < st.size(); i += 2) {
+      EXPECT_EQ(st[i].is_cuda(), cuda) << what;
+      EXPECT_EQ(st[i + 1].item<double>(), static_cast<double>(step)) << what;
     }
   }
   torch::nn::Linear model;
   torch::optim::Adam adam;
 };
+
+// broadcast_parameters and broadcast_optimizer_state of a CUDA model and its Adam state: every
+// rank ends with rank 0's values, on the device. (Kept apart from the Checkpointer tests below,
+// which train the same model, so that a failure is placed.)
+TEST_F(TorchCuda, BroadcastsACudaModelAndItsAdamState) {
+  const auto dev = device();
+  torch::manual_seed(5 + r());  // other weights on every rank
+  AdamModel m(dev);
+  m.train(dev, r() + 1);
+  ht::broadcast_parameters(m.model->named_parameters(), 0);
+  ht::broadcast_optimizer_state(m.adam, 0);
+  m.expect_state(true, 2, "after the broadcast");
+  const std::vector<at::Tensor> all = m.tensors();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const at::Tensor& t = all[i];
+    EXPECT_TRUE(t.is_cuda()) << "tensor " << i;
+    const std::string name = std::to_string(i);
+    const at::Tensor hi = ht::allreduce(t, "bcast.check.max." + name, hvd::ReduceOp::kMax);
+    const at::Tensor lo = ht::allreduce(t, "bcast.check.min." + name, hvd::ReduceOp::kMin);
+    EXPECT_TRUE(at::equal(hi.cpu(), t.cpu()) && at::equal(lo.cpu(), t.cpu()))
+        << "tensor " << i << " differs between the ranks after the broadcast (rank " << r() << ")";
+  }
+}
+
+// hvd::torch::Checkpointer and CUDA tensors, in three tests so that a failure is placed: a save and
+// a save_async of a CUDA model (hvd built with CUDA stages the tensors through pinned memory after
+// the current stream's work; save_async returns once they are copied, so an in-place change queued
+// right after it never reaches the file), each read back into a CPU model (the CPU path, which
+// test_torch checks), and a restore into a CUDA model of what a CPU model saved.
 
 // A directory for every rank (rank 0's pid), removed by the destructor after a barrier.
 struct CheckpointDir {
@@ -270,7 +256,7 @@ void expect_same(const std::vector<at::Tensor>& got, const std::vector<at::Tenso
     EXPECT_TRUE(at::equal(got[i], want[i])) << what << ": tensor " << i << " on rank " << r();
 }
 
-// Model and Adam trained on `dev` (the same on every rank); `want` gets their values on the CPU.
+// Model and Adam trained on `dev`, the same on every rank; `want` gets their values on the CPU.
 std::unique_ptr<AdamModel> trained(const at::Device& dev, std::vector<at::Tensor>* want) {
   torch::manual_seed(5);
   auto m = std::make_unique<AdamModel>(dev);

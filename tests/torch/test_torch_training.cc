@@ -101,43 +101,6 @@ void take_steps(torch::nn::Linear& model, torch::optim::Optimizer& opt, int step
   }
 }
 
-// The optimizer's state tensors in parameter order, as one tensor per field (undefined -> empty).
-std::vector<at::Tensor> state_of(torch::optim::Optimizer& opt,
-                                 const std::vector<std::string>& fields) {
-  std::vector<at::Tensor> v;
-  for (const auto& p : opt.param_groups()[0].params()) {
-    auto it = opt.state().find(hvd::torch::internal::state_key(p));
-    if (it == opt.state().end()) {
-      v.push_back(at::empty({0}));
-      continue;
-    }
-    for (const auto& f : fields) {
-      at::Tensor t;
-      if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(it->second.get()))
-        t = s->momentum_buffer();
-      if (auto* s = dynamic_cast<torch::optim::AdamParamState*>(it->second.get()))
-        t = f == "exp_avg"      ? s->exp_avg()
-            : f == "exp_avg_sq" ? s->exp_avg_sq()
-            : f == "max"        ? s->max_exp_avg_sq()
-                                : at::full({1}, s->step());
-      if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get()))
-        t = f == "exp_avg"      ? s->exp_avg()
-            : f == "exp_avg_sq" ? s->exp_avg_sq()
-            : f == "max"        ? s->max_exp_avg_sq()
-                                : at::full({1}, s->step());
-      if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(it->second.get()))
-        t = f == "square_avg"        ? s->square_avg()
-            : f == "momentum_buffer" ? s->momentum_buffer()
-            : f == "grad_avg"        ? s->grad_avg()
-                                     : at::full({1}, s->step());
-      if (auto* s = dynamic_cast<torch::optim::AdagradParamState*>(it->second.get()))
-        t = f == "sum" ? s->sum() : at::full({1}, s->step());
-      v.push_back(t.defined() ? t.detach().flatten().to(at::kDouble) : at::empty({0}, at::kDouble));
-    }
-  }
-  return v;
-}
-
 // Root took 2 steps, rank 1 one, the others none; after the broadcast every rank has root's state
 // and options, and one more identical step leaves identical parameters.
 template <class Optimizer, class Options>

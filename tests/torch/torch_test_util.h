@@ -1,14 +1,17 @@
 #pragma once
 
-// Shared by the hvd::torch tests (test_torch's two files and test_torch_cuda): rank and size, exact
-// comparisons, and the small model and deterministic per-rank batches that DistributedOptimizer is
-// checked with against the single-process update on the global batch.
+// Shared by the hvd::torch tests (test_torch's files and test_torch_cuda): rank and size, exact
+// comparisons, an optimizer's state tensors, and the small model and deterministic per-rank
+// batches that DistributedOptimizer is checked with against the single-process update on the
+// global batch.
 #include <torch/torch.h>
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "hvd/torch.h"
+#include "torch/internal.h"
 
 namespace hvdtest::torch_util {
 
@@ -48,6 +51,44 @@ inline torch::Tensor local_loss(torch::nn::Sequential& m, int q, int step, int p
   auto [x, y] = batch(q, step, pass);
   const at::Device device = m->parameters().front().device();
   return torch::mse_loss(m->forward(x.to(device)), y.to(device));
+}
+
+// The optimizer's state tensors in parameter order, one tensor per field, flattened, in double, on
+// their device (undefined -> empty; a parameter without state -> one empty tensor).
+inline std::vector<at::Tensor> state_of(torch::optim::Optimizer& opt,
+                                        const std::vector<std::string>& fields) {
+  std::vector<at::Tensor> v;
+  for (const auto& p : opt.param_groups()[0].params()) {
+    auto it = opt.state().find(hvd::torch::internal::state_key(p));
+    if (it == opt.state().end()) {
+      v.push_back(at::empty({0}));
+      continue;
+    }
+    for (const auto& f : fields) {
+      at::Tensor t;
+      if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(it->second.get()))
+        t = s->momentum_buffer();
+      if (auto* s = dynamic_cast<torch::optim::AdamParamState*>(it->second.get()))
+        t = f == "exp_avg"      ? s->exp_avg()
+            : f == "exp_avg_sq" ? s->exp_avg_sq()
+            : f == "max"        ? s->max_exp_avg_sq()
+                                : at::full({1}, s->step());
+      if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get()))
+        t = f == "exp_avg"      ? s->exp_avg()
+            : f == "exp_avg_sq" ? s->exp_avg_sq()
+            : f == "max"        ? s->max_exp_avg_sq()
+                                : at::full({1}, s->step());
+      if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(it->second.get()))
+        t = f == "square_avg"        ? s->square_avg()
+            : f == "momentum_buffer" ? s->momentum_buffer()
+            : f == "grad_avg"        ? s->grad_avg()
+                                     : at::full({1}, s->step());
+      if (auto* s = dynamic_cast<torch::optim::AdagradParamState*>(it->second.get()))
+        t = f == "sum" ? s->sum() : at::full({1}, s->step());
+      v.push_back(t.defined() ? t.detach().flatten().to(at::kDouble) : at::empty({0}, at::kDouble));
+    }
+  }
+  return v;
 }
 
 }  // namespace hvdtest::torch_util
