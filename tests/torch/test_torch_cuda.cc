@@ -244,7 +244,7 @@ struct CheckpointDir {
   }
   ~CheckpointDir() {
     hvd::barrier();
-    if (r() == 0) std::filesystem::remove_all(path);
+    if (r() == 0) remove_tree(path);
   }
   std::string path;
 };

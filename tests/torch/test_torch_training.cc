@@ -7,7 +7,6 @@
 
 #include <torch/torch.h>
 
-#include <ftw.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -353,15 +352,6 @@ TEST_F(TorchTraining, DistributedOptimizerLearningRateFollowsEitherSide) {
 }
 
 // ---- Checkpointer -------------------------------------------------------------------------------
-
-// Not std::filesystem::remove_all: pip's LibTorch 2.x exports a statically linked copy of it
-// (pytorch/pytorch#133437) that the dynamic linker binds this call to, and that copy crashes
-// (seen with torch 2.11.0: a jump to address 0).
-void remove_tree(const std::string& dir) {
-  ::nftw(
-      dir.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); },
-      16, FTW_DEPTH | FTW_PHYS);
-}
 
 TEST_F(TorchTraining, CheckpointerRestoresModelAndOptimizerState) {
   // One directory for all ranks (rank 0 writes), named after rank 0's process id.

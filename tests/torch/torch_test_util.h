@@ -6,6 +6,9 @@
 // global batch.
 #include <torch/torch.h>
 
+#include <ftw.h>
+
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +19,17 @@
 namespace hvdtest::torch_util {
 
 inline int r() { return hvd::rank(); }
+
+// Removes a directory tree (a test's checkpoint directory). Not std::filesystem::remove_all: pip's
+// LibTorch 2.x exports a statically linked copy of std::filesystem (pytorch/pytorch#133437) that
+// the dynamic linker binds a test's call to, and that copy's remove_all jumps to address 0 (seen
+// with torch 2.11.0 in test_torch's cleanup; test_torch_cuda's Checkpointer test ended on the H200
+// with a SIGSEGV at address 0 on rank 0, the only rank that called remove_all).
+inline void remove_tree(const std::string& dir) {
+  ::nftw(
+      dir.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return std::remove(p); },
+      16, FTW_DEPTH | FTW_PHYS);
+}
 inline int n() { return hvd::size(); }
 
 inline std::string tname(c10::ScalarType t) { return c10::toString(t); }
