@@ -27,8 +27,9 @@ inline int r() { return hvd::rank(); }
 // with a SIGSEGV at address 0 on rank 0, the only rank that called remove_all).
 inline void remove_tree(const std::string& dir) {
   ::nftw(
-      dir.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return std::remove(p); },
-      16, FTW_DEPTH | FTW_PHYS);
+      dir.c_str(),
+      [](const char* p, const struct stat*, int, struct FTW*) { return std::remove(p); }, 16,
+      FTW_DEPTH | FTW_PHYS);
 }
 inline int n() { return hvd::size(); }
 
