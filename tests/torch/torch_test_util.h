@@ -19,6 +19,7 @@
 namespace hvdtest::torch_util {
 
 inline int r() { return hvd::rank(); }
+inline int n() { return hvd::size(); }
 
 // Removes a directory tree (a test's checkpoint directory). Not std::filesystem::remove_all: pip's
 // LibTorch 2.x exports a statically linked copy of std::filesystem (pytorch/pytorch#133437) that
@@ -31,7 +32,6 @@ inline void remove_tree(const std::string& dir) {
       [](const char* p, const struct stat*, int, struct FTW*) { return std::remove(p); }, 16,
       FTW_DEPTH | FTW_PHYS);
 }
-inline int n() { return hvd::size(); }
 
 inline std::string tname(c10::ScalarType t) { return c10::toString(t); }
 
