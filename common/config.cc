@@ -124,6 +124,13 @@ const std::vector<ConfigVar>& config_registry() {
        .doc = "In a job of one rank, run a CPU tensor's collective on the calling thread at "
               "submission: nothing to negotiate, no hand-off to the background thread (0: "
               "every operation goes through the background thread, as with several ranks)."},
+      {.name = "HVD_SINGLE_RANK_INLINE_GPU",
+       .type = ConfigType::kBool,
+       .default_value = "0",
+       .doc = "With HVD_SINGLE_RANK_INLINE, also launch a CUDA tensor's all-reduce or broadcast "
+              "on NCCL from the calling thread in a job of one rank (its completion still comes "
+              "from the GPU finalizer, or at once with HVD_ENABLE_ASYNC_COMPLETION). Off until "
+              "it has run on a GPU (docs/gpu.md, \"The small all-reduce\")."},
       {.name = "HVD_CACHE_CAPACITY",
        .type = ConfigType::kInt,
        .default_value = "1024",
@@ -432,6 +439,7 @@ Config load_config(const EnvLookup& env) {
   c.fusion_window_us = get_double("HVD_FUSION_WINDOW");
   c.cache_capacity = get_int("HVD_CACHE_CAPACITY");
   c.single_rank_inline = get_bool("HVD_SINGLE_RANK_INLINE");
+  c.single_rank_inline_gpu = get_bool("HVD_SINGLE_RANK_INLINE_GPU");
   c.cached_lanes = get_bool("HVD_CACHED_LANES");
   c.wait_poll_us = get_int("HVD_WAIT_POLL_US");
   c.copy_threads = get_int("HVD_COPY_THREADS");

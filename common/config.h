@@ -64,10 +64,11 @@ const char* to_string(ControlTopologySetting v);
 struct Config {
   int64_t fusion_threshold_bytes = 64 << 20;
   double cycle_time_ms = 1.0;
-  double fusion_window_us = 50;    // runtime/runtime.cc: Runtime::loop
-  bool single_rank_inline = true;  // runtime/runtime.cc: Runtime::enqueue_one
-  int64_t wait_poll_us = -1;       // -1: auto (runtime/runtime.cc: wait_poll_us)
-  int64_t copy_threads = -1;       // -1: auto (ops/copy_workers.h: copy_helpers)
+  double fusion_window_us = 50;         // runtime/runtime.cc: Runtime::loop
+  bool single_rank_inline = true;       // runtime/runtime.cc: Runtime::enqueue_one
+  bool single_rank_inline_gpu = false;  // the same for CUDA all-reduces and broadcasts on NCCL
+  int64_t wait_poll_us = -1;            // -1: auto (runtime/runtime.cc: wait_poll_us)
+  int64_t copy_threads = -1;            // -1: auto (ops/copy_workers.h: copy_helpers)
   int64_t cache_capacity = 1024;
   bool cached_lanes = true;  // HVD_CACHED_LANES (runtime/lanes.h)
   bool hierarchical_allreduce = false;

@@ -35,6 +35,19 @@ GpuBackend::GpuBackend(const comm::MpiContext& mpi, const GpuBackendOptions& opt
 
 int GpuBackend::visible_devices() { return cuda::visible_device_count(); }
 
+int GpuBackend::current_device() {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
+
+void GpuBackend::set_current_device(int device) {
+  if (device >= 0 && cudaSetDevice(device) != cudaSuccess) cudaGetLastError();
+}
+
 int GpuBackend::nccl_version() {
   int v = 0;
   return ncclGetVersion(&v) == ncclSuccess ? v : 0;
@@ -100,6 +113,8 @@ struct GpuBackend::Impl {};
 
 GpuBackend::GpuBackend(const comm::MpiContext&, const GpuBackendOptions&) {}
 int GpuBackend::visible_devices() { return 0; }
+int GpuBackend::current_device() { return -1; }
+void GpuBackend::set_current_device(int) {}
 int GpuBackend::nccl_version() { return 0; }
 bool GpuBackend::active() const { return false; }
 cuda::CudaContext* GpuBackend::cuda() const { return nullptr; }

@@ -7,8 +7,9 @@
 // without a device it holds nothing and finish() completes at once.
 //
 // Threading: constructed and shut down on the user thread that runs init()/shutdown() (no
-// collective call in either); finish() and discard_pending() on the background thread; completion
-// callbacks run on the finalizer thread.
+// collective call in either); finish() and discard_pending() on the thread that runs the batch
+// (the background thread, or a one-rank job's user thread with HVD_SINGLE_RANK_INLINE_GPU, under
+// the runtime's execution lock either way); completion callbacks run on the finalizer thread.
 
 #include <functional>
 #include <memory>
@@ -52,6 +53,13 @@ class GpuBackend {
   static int nccl_version();
   // Whether GPU ops exist (a CUDA build and a device).
   bool active() const;
+
+  // The calling thread's current CUDA device (-1 without CUDA or on error), and setting it back
+  // (nothing for -1). A one-rank job's device operation may run on the user's thread
+  // (runtime/runtime.cc, Runtime::runs_inline), where the op makes hvd's device current; the
+  // runtime gives the user's choice back after. Never throw.
+  static int current_device();
+  static void set_current_device(int device);
 
   // The contexts the GPU ops use (ops/backends.cc): null when not active() (and NCCL's when
   // !use_nccl). Owned here; valid until shutdown().

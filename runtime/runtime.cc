@@ -60,25 +60,51 @@ Handle Runtime::enqueue(ProcessSetState& set, std::vector<TensorTableEntry> entr
 // A job of one rank has nothing to negotiate: a CPU tensor's collective runs here, on the caller's
 // thread, as the background thread would run it after a cycle (the same response, executor and
 // ops), so the caller pays no hand-off, no fusion window and no cycle (HVD_SINGLE_RANK_INLINE=0
-// turns this off). Requests with a local error, groups, GPU tensors, barrier and join, and any
-// operation while a timeline is written or when MPI is not MPI_THREAD_MULTIPLE (the op's MPI call
-// would run beside the background thread's) still go through the background thread.
+// turns this off). Requests with a local error, groups, barrier and join, and any operation while
+// a timeline is written or when MPI is not MPI_THREAD_MULTIPLE (the op's MPI call would run beside
+// the background thread's) still go through the background thread; so do GPU tensors, unless
+// launches_inline() takes them.
 bool Runtime::runs_inline(const TensorTableEntry& entry, const Request& request) const {
   if (!config().single_rank_inline || topology().size != 1 || services_->timeline() ||
       !thread_multiple_)
     return false;
   if (!request.error.empty() || !request.group.empty()) return false;
-  if (entry.input.device().kind != Device::kCPU || entry.output.device().kind != Device::kCPU)
-    return false;
+  if (entry.input.device().kind != Device::kCPU || entry.output.device().kind != Device::kCPU) {
+    if (!launches_inline(entry.input, entry.output, request.type, request.deterministic))
+      return false;
+  }
   const OpKindInfo* kind = op_kind(request.type);
   return kind && kind->has(op_flags::kData) && kind->participants == Participants::kAllMembers;
+}
+
+// HVD_SINGLE_RANK_INLINE_GPU (off by default until it has run on a GPU): a one-rank job's
+// all-reduce or broadcast of CUDA tensors on NCCL is launched from the caller's thread too
+// (docs/gpu.md, "The small all-reduce": a hand-off to another thread alone cost more than the
+// 1.2x of a raw ncclAllReduce that issue 38 asks for). Only what NCCL runs without waiting on the
+// host: the completion still comes from the finalizer thread (or at once, ordered on the streams,
+// with HVD_ENABLE_ASYNC_COMPLETION). Deterministic reductions do not use NCCL. The rest of the
+// conditions (one rank, no timeline, ...) are runs_inline()'s.
+bool Runtime::launches_inline(const TensorRef& in, const TensorRef& out, RequestType type,
+                              bool deterministic) const {
+  if (!config().single_rank_inline_gpu || deterministic) return false;
+  if (type != RequestType::kAllreduce && type != RequestType::kBroadcast) return false;
+  const ops::GpuBackend* gpu = services_->view().gpu;
+  return gpu != nullptr && gpu->nccl() != nullptr && in.device().kind == Device::kCUDA &&
+         out.device().kind == Device::kCUDA;
 }
 
 Handle Runtime::enqueue_one(ProcessSetState& set, TensorTableEntry&& entry, Request&& request,
                             std::shared_ptr<detail::HandleState> state) {
   if (&set == world_.get() && runs_inline(entry, request)) {
     std::lock_guard<std::mutex> lock(exec_mu_);
-    set.executor().run_inline(std::move(entry), std::move(request));
+    if (entry.input.device().kind == Device::kCPU) {
+      set.executor().run_inline(std::move(entry), std::move(request));
+    } else {
+      // The op makes hvd's device current on this thread: give the caller's back.
+      const int callers = ops::GpuBackend::current_device();
+      set.executor().run_inline(std::move(entry), std::move(request));
+      ops::GpuBackend::set_current_device(callers);
+    }
     return Handle(std::move(state));
   }
   std::vector<std::string> names;
@@ -96,7 +122,8 @@ bool Runtime::enqueue_lane(const std::string& name, TensorRef& in, TensorRef& ou
                            const std::shared_ptr<detail::HandleState>& state) {
   if (services_->timeline() || !config().cached_lanes) return false;
   if (topology().size == 1 && config().single_rank_inline && thread_multiple_ &&
-      in.device().kind == Device::kCPU && out.device().kind == Device::kCPU)
+      ((in.device().kind == Device::kCPU && out.device().kind == Device::kCPU) ||
+       launches_inline(in, out, RequestType::kAllreduce, deterministic())))
     return false;
   switch (world_->queue().try_lane(name, in, out, op, prescale, postscale, deterministic(), state,
                                    topology().rank)) {

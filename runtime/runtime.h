@@ -99,6 +99,8 @@ class Runtime {
   template <class Add>
   void submit_to_queue(const std::vector<std::string>& names, Add&& add);
   bool runs_inline(const TensorTableEntry& entry, const Request& request) const;
+  bool launches_inline(const TensorRef& in, const TensorRef& out, RequestType type,
+                       bool deterministic) const;
   void loop();
 
   // Built by the constructor and torn down by shutdown(), both on the user thread that runs

@@ -14,10 +14,12 @@
 // Why FIFO polling is enough: every GPU op runs on the one hvd stream per device, so batches
 // finish in the order they were queued; the head of the queue is always the next to complete.
 //
-// Threading: set_pending() and finish() are called by the background thread only; callbacks run
-// on the finalizer thread and must be thread-safe with respect to the background thread (handle
-// completion is). The destructor waits for every pending event and runs its callback, so it must
-// run after the background thread stopped and before the CudaContext is destroyed.
+// Threading: set_pending() and finish() are called by the thread that runs the batch, under the
+// runtime's execution lock: the background thread, or a one-rank job's user thread
+// (HVD_SINGLE_RANK_INLINE_GPU, runtime/runtime.cc); callbacks run on the finalizer thread and must
+// be thread-safe with respect to those (handle completion is). The destructor waits for every
+// pending event and runs its callback, so it must run after the background thread stopped and
+// before the CudaContext is destroyed.
 
 #include <atomic>
 #include <condition_variable>
@@ -71,7 +73,7 @@ class Finalizer {
   void run();
 
   CudaContext& ctx_;
-  cudaEvent_t pending_ = nullptr;  // background thread only
+  cudaEvent_t pending_ = nullptr;  // the batch's thread, under the execution lock
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> items_;

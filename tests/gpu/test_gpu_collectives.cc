@@ -425,5 +425,49 @@ TEST_F(GpuCollectives, CompletionIsOrderedOnTheOutputStream) {
   cudaStreamDestroy(user);
 }
 
+// HVD_SINGLE_RANK_INLINE_GPU=1 in a job of one rank on NCCL (the .inline.np1 and .inline_async.np1
+// runs): a device all-reduce or broadcast is launched from the calling thread at submission, also
+// the second time under the same name (a cached response, which would otherwise take its lane to
+// the background thread). With async completion the handle is then complete when the call
+// returns; either way the values are right and the caller's current device is the one it set.
+TEST_F(GpuCollectives, OneRankLaunchesFromTheCallersThread) {
+  const bool launches_here = size_ == 1 && env_is("HVD_SINGLE_RANK_INLINE_GPU", "1") &&
+                             !env_is("HVD_GPU_OPERATIONS", "MPI") &&
+                             !env_is("HVD_SINGLE_RANK_INLINE", "0");
+  const bool async = env_is("HVD_ENABLE_ASYNC_COMPLETION", "1");
+  const int64_t n = 1000;
+  Buffer host(DataType::kFloat32, n);
+  for (int64_t i = 0; i < n; ++i) host.set(i, static_cast<double>(i % 13));
+  DeviceBuffer in(host), out(host);
+  int before = -1;
+  ASSERT_EQ(cudaGetDevice(&before), cudaSuccess);
+  for (int round = 0; round < 2; ++round) {
+    const std::string name = "gpu.inline.allreduce";
+    hvd::Handle h = hvd::allreduce_async(in.ref({n}), out.ref({n}), name, ReduceOp::kAverage, 2.0);
+    if (launches_here && async) {
+      EXPECT_TRUE(h.ready()) << name << " round " << round << ": not launched at submission";
+    }
+    wait_ok(h, name);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    check_values(
+        out.fetch(), [&](int64_t i) { return 2.0 * static_cast<double>(i % 13); }, name);
+  }
+  Buffer mine(DataType::kFloat32, n);  // rank r holds (r + 1) * (i % 13); root 0's is i % 13
+  for (int64_t i = 0; i < n; ++i) mine.set(i, static_cast<double>((rank_ + 1) * (i % 13)));
+  DeviceBuffer bd(mine);
+  const std::string bname = "gpu.inline.broadcast";
+  hvd::Handle b = hvd::broadcast_async(bd.ref({n}), 0, bname);
+  if (launches_here && async) {
+    EXPECT_TRUE(b.ready()) << bname << ": not launched at submission";
+  }
+  wait_ok(b, bname);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  check_values(
+      bd.fetch(), [&](int64_t i) { return static_cast<double>(i % 13); }, bname);
+  int after = -1;
+  ASSERT_EQ(cudaGetDevice(&after), cudaSuccess);
+  EXPECT_EQ(after, before) << "the caller's current device changed (rank " << rank_ << ")";
+}
+
 }  // namespace
 }  // namespace hvdtest
