@@ -97,14 +97,14 @@ Handle Runtime::enqueue_one(ProcessSetState& set, TensorTableEntry&& entry, Requ
                             std::shared_ptr<detail::HandleState> state) {
   if (&set == world_.get() && runs_inline(entry, request)) {
     std::lock_guard<std::mutex> lock(exec_mu_);
-    if (entry.input.device().kind == Device::kCPU) {
-      set.executor().run_inline(std::move(entry), std::move(request));
-    } else {
-      // The op makes hvd's device current on this thread: give the caller's back.
-      const int callers = ops::GpuBackend::current_device();
-      set.executor().run_inline(std::move(entry), std::move(request));
-      ops::GpuBackend::set_current_device(callers);
-    }
+    // A device op makes hvd's device current on this thread: the caller's is given back.
+    struct CallersDevice {
+      int device;
+      ~CallersDevice() { ops::GpuBackend::set_current_device(device); }
+    };
+    const CallersDevice keep{
+        entry.input.device().kind == Device::kCPU ? -1 : ops::GpuBackend::current_device()};
+    set.executor().run_inline(std::move(entry), std::move(request));
     return Handle(std::move(state));
   }
   std::vector<std::string> names;
