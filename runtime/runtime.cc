@@ -35,6 +35,10 @@ Runtime::Runtime(const Config& config, PeerLossHandler on_peer_loss)
   });
   services_->wake()->poll_us.store(wait_poll_us(config.wait_poll_us, topology().cores_per_rank),
                                    std::memory_order_relaxed);
+  const ops::GpuBackend* gpu = services_->view().gpu;
+  inline_gpu_ = config.single_rank_inline && config.single_rank_inline_gpu &&
+                topology().size == 1 && thread_multiple_ && gpu != nullptr &&
+                gpu->nccl() != nullptr;
   thread_ = std::thread([this] { loop(); });
   // (top -H, gdb, /proc/<pid>/task; named here, so that it has its name once this returns)
   pthread_setname_np(thread_.native_handle(), "hvd-background");
@@ -86,24 +90,25 @@ bool Runtime::runs_inline(const TensorTableEntry& entry, const Request& request)
 // conditions (one rank, no timeline, ...) are runs_inline()'s.
 bool Runtime::launches_inline(const TensorRef& in, const TensorRef& out, RequestType type,
                               bool deterministic) const {
-  if (!config().single_rank_inline_gpu || deterministic) return false;
-  if (type != RequestType::kAllreduce && type != RequestType::kBroadcast) return false;
-  const ops::GpuBackend* gpu = services_->view().gpu;
-  return gpu != nullptr && gpu->nccl() != nullptr && in.device().kind == Device::kCUDA &&
-         out.device().kind == Device::kCUDA;
+  return inline_gpu_ && !deterministic &&
+         (type == RequestType::kAllreduce || type == RequestType::kBroadcast) &&
+         in.device().kind == Device::kCUDA && out.device().kind == Device::kCUDA;
 }
 
 Handle Runtime::enqueue_one(ProcessSetState& set, TensorTableEntry&& entry, Request&& request,
                             std::shared_ptr<detail::HandleState> state) {
   if (&set == world_.get() && runs_inline(entry, request)) {
     std::lock_guard<std::mutex> lock(exec_mu_);
+    if (entry.input.device().kind == Device::kCPU) {
+      set.executor().run_inline(std::move(entry), std::move(request));
+      return Handle(std::move(state));
+    }
     // A device op makes hvd's device current on this thread: the caller's is given back.
     struct CallersDevice {
       int device;
       ~CallersDevice() { ops::GpuBackend::set_current_device(device); }
     };
-    const CallersDevice keep{
-        entry.input.device().kind == Device::kCPU ? -1 : ops::GpuBackend::current_device()};
+    const CallersDevice keep{ops::GpuBackend::current_device()};
     set.executor().run_inline(std::move(entry), std::move(request));
     return Handle(std::move(state));
   }
@@ -122,8 +127,11 @@ bool Runtime::enqueue_lane(const std::string& name, TensorRef& in, TensorRef& ou
                            const std::shared_ptr<detail::HandleState>& state) {
   if (services_->timeline() || !config().cached_lanes) return false;
   if (topology().size == 1 && config().single_rank_inline && thread_multiple_ &&
-      ((in.device().kind == Device::kCPU && out.device().kind == Device::kCPU) ||
-       launches_inline(in, out, RequestType::kAllreduce, deterministic())))
+      in.device().kind == Device::kCPU && out.device().kind == Device::kCPU)
+    return false;
+  // HVD_SINGLE_RANK_INLINE_GPU: enqueue_one launches it (launches_inline).
+  if (inline_gpu_ && in.device().kind == Device::kCUDA && out.device().kind == Device::kCUDA &&
+      !deterministic())
     return false;
   switch (world_->queue().try_lane(name, in, out, op, prescale, postscale, deterministic(), state,
                                    topology().rank)) {

@@ -107,7 +107,10 @@ class Runtime {
   // init()/shutdown(); in between used by the background thread, except where a comment says.
   // Destroyed in reverse: the sets, then what they share, then the global set's communicators.
   bool owns_mpi_ = false;
-  bool thread_multiple_ = false;              // MPI provides MPI_THREAD_MULTIPLE
+  bool thread_multiple_ = false;  // MPI provides MPI_THREAD_MULTIPLE
+  // HVD_SINGLE_RANK_INLINE_GPU, in a one-rank job with MPI_THREAD_MULTIPLE and NCCL
+  // (launches_inline)
+  bool inline_gpu_ = false;
   bool finished_ = false;                     // shutdown() ran
   std::shared_ptr<ProcessSetState> world_;    // its communicators first: the rest is built on them
   std::unique_ptr<SharedServices> services_;  // the Config from the start; the rest on world_
