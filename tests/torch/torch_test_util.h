@@ -22,10 +22,10 @@ inline int r() { return hvd::rank(); }
 inline int n() { return hvd::size(); }
 
 // Removes a directory tree (a test's checkpoint directory). Not std::filesystem::remove_all: pip's
-// LibTorch 2.x exports a statically linked copy of std::filesystem (pytorch/pytorch#133437) that
-// the dynamic linker binds a test's call to, and that copy's remove_all jumps to address 0 (seen
-// with torch 2.11.0 in test_torch's cleanup; test_torch_cuda's Checkpointer test ended on the H200
-// with a SIGSEGV at address 0 on rank 0, the only rank that called remove_all).
+// libtorch.so (2.x) exports a statically linked copy of std::filesystem (pytorch/pytorch#133437)
+// that the dynamic linker binds a test's call to, and that copy's remove_all jumps to address 0
+// (torch 2.11.0: test_torch's cleanup, then test_torch_cuda's on the H200, and reproduced here;
+// docs/libtorch.md, "pip's LibTorch and std::filesystem").
 inline void remove_tree(const std::string& dir) {
   ::nftw(
       dir.c_str(),
