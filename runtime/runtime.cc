@@ -61,6 +61,22 @@ Handle Runtime::enqueue(ProcessSetState& set, std::vector<TensorTableEntry> entr
   return Handle(std::move(state));
 }
 
+// HVD_SINGLE_RANK_INLINE_GPU (off by default until it has run on a GPU): a one-rank job's
+// all-reduce or broadcast of CUDA tensors on NCCL is launched from the caller's thread too
+// (docs/gpu.md, "The small all-reduce": a hand-off to another thread alone cost more than the
+// 1.2x of a raw ncclAllReduce that issue 38 asks for). Only what NCCL runs without waiting on the
+// host: the completion still comes from the finalizer thread (or at once, ordered on the streams,
+// with HVD_ENABLE_ASYNC_COMPLETION). Deterministic reductions do not use NCCL. The rest of the
+// conditions (one rank, no timeline, ...) are runs_inline()'s. Inlined into both callers: as a
+// call, it cost the one-rank CPU path 10 instructions a tensor (scripts/instructions --inline).
+[[gnu::always_inline]] inline bool Runtime::launches_inline(const TensorRef& in,
+                                                            const TensorRef& out, RequestType type,
+                                                            bool deterministic) const {
+  return inline_gpu_ && !deterministic &&
+         (type == RequestType::kAllreduce || type == RequestType::kBroadcast) &&
+         in.device().kind == Device::kCUDA && out.device().kind == Device::kCUDA;
+}
+
 // A job of one rank has nothing to negotiate: a CPU tensor's collective runs here, on the caller's
 // thread, as the background thread would run it after a cycle (the same response, executor and
 // ops), so the caller pays no hand-off, no fusion window and no cycle (HVD_SINGLE_RANK_INLINE=0
@@ -73,26 +89,12 @@ bool Runtime::runs_inline(const TensorTableEntry& entry, const Request& request)
       !thread_multiple_)
     return false;
   if (!request.error.empty() || !request.group.empty()) return false;
-  if (entry.input.device().kind != Device::kCPU || entry.output.device().kind != Device::kCPU) {
-    if (!launches_inline(entry.input, entry.output, request.type, request.deterministic))
-      return false;
-  }
+  const bool on_cpu =
+      entry.input.device().kind == Device::kCPU && entry.output.device().kind == Device::kCPU;
+  if (!on_cpu && !launches_inline(entry.input, entry.output, request.type, request.deterministic))
+    return false;
   const OpKindInfo* kind = op_kind(request.type);
   return kind && kind->has(op_flags::kData) && kind->participants == Participants::kAllMembers;
-}
-
-// HVD_SINGLE_RANK_INLINE_GPU (off by default until it has run on a GPU): a one-rank job's
-// all-reduce or broadcast of CUDA tensors on NCCL is launched from the caller's thread too
-// (docs/gpu.md, "The small all-reduce": a hand-off to another thread alone cost more than the
-// 1.2x of a raw ncclAllReduce that issue 38 asks for). Only what NCCL runs without waiting on the
-// host: the completion still comes from the finalizer thread (or at once, ordered on the streams,
-// with HVD_ENABLE_ASYNC_COMPLETION). Deterministic reductions do not use NCCL. The rest of the
-// conditions (one rank, no timeline, ...) are runs_inline()'s.
-bool Runtime::launches_inline(const TensorRef& in, const TensorRef& out, RequestType type,
-                              bool deterministic) const {
-  return inline_gpu_ && !deterministic &&
-         (type == RequestType::kAllreduce || type == RequestType::kBroadcast) &&
-         in.device().kind == Device::kCUDA && out.device().kind == Device::kCUDA;
 }
 
 Handle Runtime::enqueue_one(ProcessSetState& set, TensorTableEntry&& entry, Request&& request,
@@ -129,10 +131,8 @@ bool Runtime::enqueue_lane(const std::string& name, TensorRef& in, TensorRef& ou
   if (topology().size == 1 && config().single_rank_inline && thread_multiple_ &&
       in.device().kind == Device::kCPU && out.device().kind == Device::kCPU)
     return false;
-  // HVD_SINGLE_RANK_INLINE_GPU: enqueue_one launches it (launches_inline).
-  if (inline_gpu_ && in.device().kind == Device::kCUDA && out.device().kind == Device::kCUDA &&
-      !deterministic())
-    return false;
+  // HVD_SINGLE_RANK_INLINE_GPU: enqueue_one launches it.
+  if (launches_inline(in, out, RequestType::kAllreduce, deterministic())) return false;
   switch (world_->queue().try_lane(name, in, out, op, prescale, postscale, deterministic(), state,
                                    topology().rank)) {
     case TensorQueue::LaneResult::kNoLane:

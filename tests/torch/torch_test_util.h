@@ -80,19 +80,19 @@ inline std::vector<at::Tensor> state_of(torch::optim::Optimizer& opt,
       continue;
     }
     for (const auto& f : fields) {
+      // Adam and AdamW keep the same fields in two unrelated types.
+      auto adam_like = [&f](const auto* s) {
+        return f == "exp_avg"      ? s->exp_avg()
+               : f == "exp_avg_sq" ? s->exp_avg_sq()
+               : f == "max"        ? s->max_exp_avg_sq()
+                                   : at::full({1}, s->step());
+      };
       at::Tensor t;
       if (auto* s = dynamic_cast<torch::optim::SGDParamState*>(it->second.get()))
         t = s->momentum_buffer();
-      if (auto* s = dynamic_cast<torch::optim::AdamParamState*>(it->second.get()))
-        t = f == "exp_avg"      ? s->exp_avg()
-            : f == "exp_avg_sq" ? s->exp_avg_sq()
-            : f == "max"        ? s->max_exp_avg_sq()
-                                : at::full({1}, s->step());
+      if (auto* s = dynamic_cast<torch::optim::AdamParamState*>(it->second.get())) t = adam_like(s);
       if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get()))
-        t = f == "exp_avg"      ? s->exp_avg()
-            : f == "exp_avg_sq" ? s->exp_avg_sq()
-            : f == "max"        ? s->max_exp_avg_sq()
-                                : at::full({1}, s->step());
+        t = adam_like(s);
       if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(it->second.get()))
         t = f == "square_avg"        ? s->square_avg()
             : f == "momentum_buffer" ? s->momentum_buffer()
